@@ -1,0 +1,59 @@
+"""Grade a whole class in nbgrader's layout: <submitted>/<student>/<assignment>/<notebook>.ipynb."""
+
+import logging
+import time
+from pathlib import Path
+
+from autograder.grading import NotebookResult, _zero, grade_notebook
+from autograder.results import SubmissionResult
+
+log = logging.getLogger("autograder")
+
+
+def grade_submission(course, assignment, folder, student="student"):
+    """Grade every notebook of an assignment found in `folder`."""
+    started = time.monotonic()
+    result = SubmissionResult(student, assignment.id)
+    for notebook in assignment.notebooks:
+        path = Path(folder) / notebook.filename
+        if not path.exists():
+            reason = f"{notebook.filename} was not submitted"
+            result.notebooks.append(NotebookResult(notebook.name, _zero(notebook.exercises, f"Not graded: {reason}."),
+                                                   reason=reason))
+            continue
+        result.notebooks.append(grade_notebook(course, assignment, notebook, path))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def find_submissions(course, submitted, assignment_ids=None):
+    """(student, assignment, folder) for every submission folder, sorted."""
+    known = {assignment.id for assignment in course.assignments}
+    found = []
+    for student_dir in sorted(Path(submitted).iterdir()):
+        if not student_dir.is_dir() or student_dir.name.startswith("."):
+            continue
+        for folder in sorted(student_dir.iterdir()):
+            if not folder.is_dir():
+                continue
+            if folder.name not in known:
+                log.warning("skipping %s: %s is not an assignment in course.yml", folder, folder.name)
+                continue
+            if assignment_ids and folder.name not in assignment_ids:
+                continue
+            found.append((student_dir.name, course.assignment(folder.name), folder))
+    return found
+
+
+def summary_table(results):
+    rows = [("student", "assignment", "score", "status", "seconds")]
+    for result in results:
+        rows.append((result.student, result.assignment, f"{result.score:g} / {result.max_score:g}",
+                     result.reason or "graded", f"{result.seconds:.1f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+        if index == 0:
+            lines.append("-" * (sum(widths) + 2 * len(widths) + 7))
+    return "\n".join(lines)

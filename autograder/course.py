@@ -1,0 +1,123 @@
+"""course.yml: the one place that declares assignments, notebooks, exercises, points and limits."""
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from autograder.student import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = Path(__file__).resolve().parent / "suites"
+
+
+class CourseError(Exception):
+    """course.yml is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str                 # also the grade_id of the answer cell in the notebook
+    title: str
+    suite: Path
+    points: dict            # hidden test name -> points
+    from_scratch: bool = False  # calling torch's built-in attention scores nothing
+
+    @property
+    def check_cell(self):
+        """grade_id of the autograded cell that carries this exercise's points in nbgrader."""
+        return f"check_{self.id}"
+
+    @property
+    def max_score(self):
+        return sum(self.points.values())
+
+
+@dataclass(frozen=True)
+class Notebook:
+    name: str
+    exercises: tuple
+
+    @property
+    def filename(self):
+        return f"{self.name}.ipynb"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    id: str
+    title: str
+    notebooks: tuple
+    limits: Limits
+
+    @property
+    def exercises(self):
+        return [exercise for notebook in self.notebooks for exercise in notebook.exercises]
+
+    @property
+    def max_score(self):
+        return sum(exercise.max_score for exercise in self.exercises)
+
+
+@dataclass
+class Course:
+    name: str
+    assignments: list
+    root: Path = ROOT
+
+    def assignment(self, assignment_id):
+        for assignment in self.assignments:
+            if assignment.id == assignment_id:
+                return assignment
+        known = ", ".join(a.id for a in self.assignments)
+        raise CourseError(f"unknown assignment {assignment_id!r} (course.yml has: {known})")
+
+    def source_notebook(self, assignment, notebook):
+        return self.root / "solutions" / assignment.id / notebook.filename
+
+    def release_notebook(self, assignment, notebook):
+        return self.root / "exercises" / assignment.id / notebook.filename
+
+
+def _limits(base, overrides, where):
+    unknown = set(overrides) - set(Limits.__dataclass_fields__)
+    if unknown:
+        raise CourseError(f"{where}: unknown limit(s) {sorted(unknown)}")
+    return replace(base, **overrides)
+
+
+def _exercise(raw, where):
+    try:
+        points = {str(name): float(value) for name, value in raw["points"].items()}
+        exercise = Exercise(id=str(raw["id"]), title=str(raw.get("title", raw["id"])),
+                            suite=SUITES / raw["suite"], points=points,
+                            from_scratch=bool(raw.get("from_scratch", False)))
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CourseError(f"{where}: an exercise needs id, suite and points ({error})") from None
+    if not exercise.suite.is_file():
+        raise CourseError(f"{where}: suite {raw['suite']} not found in autograder/suites/")
+    return exercise
+
+
+def load_course(path=None):
+    path = Path(path or ROOT / "course.yml")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise CourseError(f"cannot read {path}: {error}") from None
+    default_limits = _limits(Limits(), raw.get("limits") or {}, "limits")
+    assignments = []
+    for raw_assignment in raw.get("assignments") or []:
+        where = f"assignment {raw_assignment.get('id')}"
+        notebooks = tuple(
+            Notebook(name=str(nb["name"]),
+                     exercises=tuple(_exercise(ex, f"{where}/{nb['name']}") for ex in nb["exercises"]))
+            for nb in raw_assignment.get("notebooks") or [])
+        assignments.append(Assignment(
+            id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
+            notebooks=notebooks,
+            limits=_limits(default_limits, raw_assignment.get("limits") or {}, where)))
+    ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
+    if len(ids) != len(set(ids)):
+        raise CourseError("exercise ids must be unique across the course")
+    return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent)

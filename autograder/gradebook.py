@@ -1,0 +1,39 @@
+"""Record scores in nbgrader's gradebook through nbgrader's own API.
+
+Each exercise is one autograded cell (check_<exercise id>) in nbgrader's model, worth the
+exercise's points; so `nbgrader export` and formgrader see the same totals as the CSV.
+"""
+
+from nbgrader.api import Gradebook, MissingEntry
+
+
+def ensure_assignment(gradebook, assignment):
+    """Create the assignment, its notebooks and graded cells if `make release` has not yet."""
+    gradebook.update_or_create_assignment(assignment.id)
+    for notebook in assignment.notebooks:
+        gradebook.update_or_create_notebook(notebook.name, assignment.id)
+        for exercise in notebook.exercises:
+            gradebook.update_or_create_grade_cell(exercise.check_cell, notebook.name, assignment.id,
+                                                  max_score=exercise.max_score, cell_type="code")
+
+
+def record(db_url, course, results):
+    with Gradebook(db_url) as gradebook:
+        for assignment in {result.assignment for result in results}:
+            ensure_assignment(gradebook, course.assignment(assignment))
+        for result in results:
+            gradebook.update_or_create_student(result.student)
+            try:
+                gradebook.find_submission(result.assignment, result.student)
+            except MissingEntry:
+                gradebook.add_submission(result.assignment, result.student)
+            per_cell = {}
+            for notebook in result.notebooks:
+                for test in notebook.tests:
+                    key = (notebook.notebook, f"check_{test.exercise}")
+                    per_cell[key] = per_cell.get(key, 0.0) + test.score
+            for (notebook, cell), score in per_cell.items():
+                grade = gradebook.find_grade(cell, notebook, result.assignment, result.student)
+                grade.auto_score = score
+                grade.manual_score = None
+            gradebook.db.commit()

@@ -1,0 +1,150 @@
+"""Comparisons and the messages students see when one fails.
+
+Every hidden test states its property through these helpers.  A failed check raises Feedback,
+whose text says what was observed and the likely cause; it never contains the hidden inputs, the
+expected values or test code.  Anything else a test raises is reported as a grader error.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+
+class Feedback(AssertionError):
+    """A failed check; str(feedback) is shown to the student as it is."""
+
+    def __init__(self, observed, hint=""):
+        self.observed, self.hint = observed, hint
+        super().__init__(f"{observed} {hint}".strip())
+
+
+# Tolerances, stated once.  float64 inputs let the grader demand near bit-level agreement with the
+# reference; float32 leaves room for a different but correct order of operations (einsum vs
+# matmul, a pre-scaled query, a manual softmax), whose rounding differs by a few ulps per step.
+TOLERANCES = {
+    torch.float64: dict(rtol=1e-7, atol=1e-9),
+    torch.float32: dict(rtol=1e-4, atol=1e-5),
+    torch.float16: dict(rtol=1e-2, atol=1e-3),
+    torch.bfloat16: dict(rtol=2e-2, atol=1e-2),
+}
+
+
+def tolerance(dtype):
+    return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def as_tensor(value):
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return value
+
+
+def is_close(actual, expected):
+    actual, expected = as_tensor(actual), as_tensor(expected)
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    actual = actual.to(expected.dtype) if actual.dtype != expected.dtype else actual
+    return bool(torch.allclose(actual, expected, equal_nan=True, **tolerance(expected.dtype)))
+
+
+def tensor(value, what, kind="tensor"):
+    """Check that value is a tensor (or, with kind='ndarray', a NumPy array)."""
+    wanted = np.ndarray if kind == "ndarray" else torch.Tensor
+    if type(value) is not wanted:
+        name = "a NumPy array" if kind == "ndarray" else "a torch tensor"
+        raise Feedback(f"{what} should be {name}, but it is {_describe_type(value)}.")
+    return value
+
+
+def _describe_type(value):
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"a {type(value).__name__}" if value is not None else "None"
+
+
+def pair(value, what, names=("output", "weights")):
+    """Check that a function returned a pair such as (output, weights)."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise Feedback(f"{what} should return a pair ({', '.join(names)}), "
+                       f"but it returned {_describe_type(value)}.")
+    return value
+
+
+def shape(value, expected, what, hint=""):
+    tensor(value, what, "ndarray" if isinstance(value, np.ndarray) else "tensor")
+    if tuple(value.shape) != tuple(expected):
+        raise Feedback(f"{what} has shape {list(value.shape)}; expected {list(expected)}.", hint)
+
+
+def dtype(value, expected, what, hint=""):
+    if value.dtype != expected:
+        raise Feedback(f"{what} has dtype {value.dtype} for {expected} inputs; the dtype should be kept.",
+                       hint)
+
+
+def finite(value, what, hint=""):
+    value = as_tensor(value)
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        count = int((~torch.isfinite(value)).sum())
+        raise Feedback(f"{what} contains {count} NaN or infinite value(s).", hint)
+
+
+def close(actual, expected, what, hint="", mistakes=None):
+    """actual must equal expected within the dtype's tolerance.
+
+    mistakes maps a mistake's description to what a submission with that mistake would return;
+    when the student's value matches one, the feedback names it.
+    """
+    actual_tensor, expected_tensor = as_tensor(actual), as_tensor(expected)
+    shape(actual, expected_tensor.shape, what)
+    if is_close(actual_tensor, expected_tensor):
+        return
+    named = [name for name, value in (mistakes or {}).items()
+             if value is not None and is_close(actual_tensor, value)]
+    difference = (actual_tensor.double() - expected_tensor.double()).abs()
+    difference = difference[torch.isfinite(difference)]
+    largest = f"{float(difference.max()):.3g}" if difference.numel() else "NaN"
+    fraction = 1.0 - float(torch.isclose(actual_tensor.to(expected_tensor.dtype), expected_tensor,
+                                         **tolerance(expected_tensor.dtype)).float().mean())
+    observed = (f"{what} differs from the correct values in {fraction:.0%} of its entries "
+                f"(largest difference {largest}).")
+    if named:
+        raise Feedback(observed, f"It matches what {named[0]} gives.")
+    raise Feedback(observed, hint)
+
+
+def rows_sum_to_one(weights, what, hint="", rows=None):
+    weights = as_tensor(weights)
+    sums = weights.double().sum(-1)
+    if rows is not None:
+        sums = sums[rows]
+    if sums.numel() and not bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4)):
+        low, high = float(sums.min()), float(sums.max())
+        raise Feedback(f"{what}: rows sum to values between {_fmt(low)} and {_fmt(high)}; "
+                       "every row should sum to 1.", hint)
+
+
+def exactly_zero_where(weights, blocked, what, hint=""):
+    weights = as_tensor(weights)
+    leaked = weights[blocked.expand_as(weights)] if blocked.shape != weights.shape else weights[blocked]
+    if leaked.numel() and bool((leaked != 0).any()):
+        count = int((leaked != 0).sum())
+        raise Feedback(f"{what}: {count} of {leaked.numel()} blocked positions have a non-zero weight "
+                       f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.", hint)
+
+
+def equal(actual, expected, what, hint="", reveal=False):
+    """actual == expected; the expected value is shown only when the exercise states it (reveal)."""
+    if actual != expected:
+        wanted = f"; expected {expected!r}" if reveal else ", which is not right"
+        raise Feedback(f"{what} is {actual!r}{wanted}.", hint)
+
+
+def _fmt(number):
+    return "NaN" if math.isnan(number) else f"{number:.2f}"
+
+
+def require(condition, observed, hint=""):
+    if not condition:
+        raise Feedback(observed, hint)

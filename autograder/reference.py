@@ -1,0 +1,20 @@
+"""The reference solutions, taken from the instructor's solution notebooks.
+
+The solution notebooks are the single source of the reference code: the grader runs their answer
+and read-only cells (never the demos and plots) in its own, trusted process.  Student code never
+runs here.
+"""
+
+import functools
+
+from autograder.submission import cell_kind, read_notebook
+
+
+@functools.lru_cache(maxsize=None)
+def reference_namespace(solution_path):
+    notebook = read_notebook(solution_path)
+    namespace = {"__name__": f"reference:{solution_path.stem}"}
+    for cell in notebook.cells:
+        if cell.get("cell_type") == "code" and cell_kind(cell) in ("answer", "locked"):
+            exec(compile(cell.source, f"<{solution_path.name}:{cell_kind(cell)}>", "exec"), namespace)
+    return namespace

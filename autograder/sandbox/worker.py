@@ -1,0 +1,301 @@
+"""The student side: runs one submission's code and answers the grader's requests.
+
+This file runs in an untrusted process (inside a bubblewrap sandbox when one is available). It never
+sees the hidden suites or the reference solutions: the grader sends inputs, this side sends back
+outputs as plain data (see protocol.py), and every comparison happens in the grader.
+
+Nothing here is a security boundary on its own: student code can patch anything in this process.
+What keeps grading honest is that the grader checks every value it receives.
+
+Requests (dicts with an "op"):
+  load    run the notebook's code cells in order, one at a time, each under a time limit
+  names   which of the given names the submission defines, and whether they are classes
+  call    call a function with inputs, optionally back-propagate given output gradients
+  module  build an nn.Module, optionally load parameters, run methods, back-propagate
+"""
+
+import os
+import signal
+import sys
+import traceback
+
+# The protocol runs on duplicates of stdin/stdout; the originals point nowhere so that nothing a
+# submission prints can be mistaken for a message.
+REQUESTS = os.dup(0)
+REPLIES = os.dup(1)
+_devnull = os.open(os.devnull, os.O_RDWR)
+for _fd in (0, 1, 2):
+    os.dup2(_devnull, _fd)
+
+os.environ["MPLBACKEND"] = "Agg"
+sys.dont_write_bytecode = True
+
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import protocol  # noqa: E402  (this folder is sys.path[0])
+
+# Whatever a submission prints is thrown away: it can neither flood memory nor fake a result.
+sys.stdout = open(os.devnull, "w")
+sys.stderr = open(os.devnull, "w")
+warnings.simplefilter("ignore")
+torch.set_num_threads(1)
+
+
+class CellTimeout(BaseException):
+    """Raised inside student code when its time is up (BaseException: `except Exception` misses it)."""
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout()
+
+
+signal.signal(signal.SIGALRM, _on_alarm)
+
+
+class Spy:
+    """Records calls to torch's built-in attention, which the from-scratch exercises may not use."""
+
+    def __init__(self):
+        self.used = False
+
+    def wrap(self, function):
+        def recorded(*args, **kwargs):
+            self.used = True
+            return function(*args, **kwargs)
+        return recorded
+
+
+SPY = Spy()
+F.scaled_dot_product_attention = SPY.wrap(F.scaled_dot_product_attention)
+torch._C._nn.scaled_dot_product_attention = SPY.wrap(torch._C._nn.scaled_dot_product_attention)
+F.multi_head_attention_forward = SPY.wrap(F.multi_head_attention_forward)
+
+STUDENT_FILES = "<cell"
+
+
+def student_traceback(error):
+    """The traceback trimmed to frames in the student's own cells."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if frame.filename.startswith(STUDENT_FILES)]
+    lines = traceback.format_list(frames) if frames else []
+    lines += traceback.format_exception_only(type(error), error)
+    return "".join(lines)[-4000:]
+
+
+def describe_error(error):
+    if isinstance(error, CellTimeout):
+        return {"type": "Timeout", "message": "ran out of time", "traceback": ""}
+    return {"type": type(error).__name__, "message": str(error)[:1000],
+            "traceback": student_traceback(error)}
+
+
+class TimeLimit:
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __enter__(self):
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def ipython_to_python(source):
+    """Notebook cells may hold IPython-only lines (%magic, !shell); they do nothing when grading."""
+    if source.lstrip().startswith("%%"):
+        return ""
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            line = line[: len(line) - len(stripped)] + "pass"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def fresh_namespace():
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace["display"] = lambda *args, **kwargs: None
+    namespace["get_ipython"] = lambda: None
+    return namespace
+
+
+NAMESPACE = fresh_namespace()
+
+
+def load(request):
+    results = []
+    for index, cell in enumerate(request["cells"]):
+        protocol.write_message(REPLIES, {"event": "cell", "index": index})
+        label = cell["label"]
+        try:
+            code = compile(ipython_to_python(cell["source"]), f"<cell {label}>", "exec")
+        except SyntaxError as error:
+            results.append({"status": "syntax", **describe_error(error)})
+            continue
+        try:
+            with TimeLimit(request["cell_timeout"]):
+                exec(code, NAMESPACE)
+            results.append({"status": "ok"})
+        except BaseException as error:  # noqa: B902 - student code may raise anything, SystemExit too
+            status = "timeout" if isinstance(error, CellTimeout) else "error"
+            results.append({"status": status, **describe_error(error)})
+        finally:
+            _close_figures()
+    return {"cells": results}
+
+
+def _close_figures():
+    if "matplotlib.pyplot" in sys.modules:
+        try:
+            sys.modules["matplotlib.pyplot"].close("all")
+        except Exception:
+            pass
+
+
+def names(request):
+    found = {}
+    for name in request["names"]:
+        value = NAMESPACE.get(name)
+        if value is None:
+            continue
+        found[name] = "class" if isinstance(value, type) else "callable" if callable(value) else "value"
+    return {"names": found}
+
+
+def lookup(name):
+    if name not in NAMESPACE:
+        raise NameError(f"{name} is not defined in the notebook")
+    return NAMESPACE[name]
+
+
+def flat_tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in flat_tensors(item)]
+    return []
+
+
+def requires_grad(args):
+    return [arg.detach().clone().requires_grad_(True)
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point() else arg for arg in args]
+
+
+def backward(outputs, grad_outputs, sources):
+    """Back-propagate the given output gradients; return the gradient of each source (or None)."""
+    pairs = [(out, grad) for out, grad in zip(flat_tensors(outputs), grad_outputs)
+             if grad is not None and isinstance(out, torch.Tensor) and out.requires_grad]
+    wanted = [source for source in sources if isinstance(source, torch.Tensor) and source.requires_grad]
+    if not pairs or not wanted:
+        return [None] * len(sources)
+    grads = torch.autograd.grad([out for out, _ in pairs], wanted,
+                                [grad.to(out.dtype) for out, grad in pairs], allow_unused=True)
+    found = iter(grads)
+    return [next(found) if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sources]
+
+
+def call(request):
+    function = lookup(request["name"])
+    args, kwargs = list(request["args"]), dict(request["kwargs"])
+    if request.get("grad"):
+        args = requires_grad(args)
+    SPY.used = False
+    with TimeLimit(request["timeout"]):
+        torch.manual_seed(request.get("seed", 0))
+        output = function(*args, **kwargs)
+        grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
+    return {"output": output, "input_grads": grads, "used_builtin_attention": SPY.used}
+
+
+def build_module(request):
+    cls = lookup(request["cls"])
+    torch.manual_seed(request.get("seed", 0))
+    module = cls(*request["init_args"], **request["init_kwargs"])
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{request['cls']}(...) is not an nn.Module")
+    if request.get("dtype"):
+        module = module.to(request["dtype"])
+    load = request.get("load") or {}
+    with torch.no_grad():
+        for name, value in load.items():
+            try:
+                parameter = module.get_parameter(name)
+            except AttributeError:
+                raise AttributeError(f"{request['cls']} has no parameter named {name}") from None
+            if tuple(parameter.shape) != tuple(value.shape):
+                raise ValueError(f"{name} has shape {tuple(parameter.shape)}, "
+                                 f"expected {tuple(value.shape)}")
+            parameter.copy_(value)
+    module.train(bool(request.get("train", False)))
+    return module
+
+
+def module(request):
+    SPY.used = False
+    with TimeLimit(request["timeout"]):
+        instance = build_module(request)
+        outputs, input_grads = [], []
+        step_args = []
+        for step in request.get("steps", []):
+            args = list(step["args"])
+            if request.get("grad"):
+                args = requires_grad(args)
+            step_args.append(args)
+            outputs.append(getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"]))
+        parameters = dict(instance.named_parameters())
+        param_grads = {}
+        if request.get("grad") and outputs:
+            sources = [arg for args in step_args for arg in args] + list(parameters.values())
+            grad_outputs = [grad for grads in request["grad_outputs"] for grad in grads]
+            flat = backward(tuple(outputs), grad_outputs, sources)
+            position = 0
+            for args in step_args:
+                input_grads.append(flat[position: position + len(args)])
+                position += len(args)
+            param_grads = dict(zip(parameters, flat[position:]))
+        attributes = {name: getattr(instance, name) for name in request.get("attributes", [])
+                      if isinstance(getattr(instance, name, None), (int, float, bool, str))}
+    return {
+        "outputs": outputs,
+        "parameters": {name: value.detach() for name, value in parameters.items()},
+        "buffers": {name: value for name, value in instance.named_buffers()},
+        "param_grads": param_grads,
+        "input_grads": input_grads,
+        "attributes": attributes,
+        "training": instance.training,
+        "used_builtin_attention": SPY.used,
+    }
+
+
+HANDLERS = {"load": load, "names": names, "call": call, "module": module}
+
+
+def serve():
+    while True:
+        try:
+            request = protocol.read_message(REQUESTS)
+        except EOFError:
+            return
+        request = protocol.decode(request)
+        if request.get("op") == "exit":
+            return
+        try:
+            reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
+        except BaseException as error:  # noqa: B902
+            reply = {"ok": False, "error": describe_error(error)}
+        try:
+            encoded = protocol.encode(reply)
+        except protocol.Unsupported as problem:
+            encoded = protocol.encode({"ok": False, "error": {
+                "type": "Unsupported", "message": f"returned {problem}", "traceback": ""}})
+        protocol.write_message(REPLIES, encoded)
+
+
+if __name__ == "__main__":
+    serve()

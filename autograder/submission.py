@@ -1,0 +1,113 @@
+"""Turn a submitted notebook into the code cells that will run, using the instructor's copy.
+
+Like nbgrader, the instructor's copy decides what each cell is: a submission can edit its own
+answers and add cells, but read-only cells come from the instructor, and the autograded test cells
+(the visible self-checks) do not run at all: the hidden suites grade.  Edited nbgrader metadata in
+the submission therefore changes nothing.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder.student import Cell
+
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+
+
+class SubmissionError(Exception):
+    """The submission cannot be graded at all; the message is one line for the student."""
+
+
+@dataclass
+class Program:
+    cells: list                                  # Cells to run, in order
+    answers: dict = field(default_factory=dict)  # exercise id -> the student's answer source
+
+
+def _nbgrader(cell):
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def cell_kind(cell):
+    meta = _nbgrader(cell)
+    if meta.get("grade") and not meta.get("solution"):
+        return "test"
+    if meta.get("solution"):
+        return "answer"
+    if meta.get("locked"):
+        return "locked"
+    return "free"
+
+
+def read_notebook(path):
+    """Read a notebook with nbformat, or raise SubmissionError with a one-line reason."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise SubmissionError(f"{path.name} is missing or unreadable") from None
+    if size == 0:
+        raise SubmissionError(f"{path.name} is empty")
+    if size > MAX_NOTEBOOK_BYTES:
+        raise SubmissionError(f"{path.name} is {size / 2**20:.0f} MB, over the "
+                              f"{MAX_NOTEBOOK_BYTES // 2**20} MB limit")
+    try:
+        notebook = nbformat.read(str(path), as_version=4)
+    except Exception as error:  # nbformat raises many types for broken files
+        kind = "not JSON" if "JSON" in type(error).__name__ or "json" in str(error).lower() \
+            else type(error).__name__
+        raise SubmissionError(f"{path.name} is not a readable notebook ({kind})") from None
+    if not isinstance(notebook.get("cells"), list):
+        raise SubmissionError(f"{path.name} is not a readable notebook (no cells)")
+    return notebook
+
+
+def _source(cell):
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def build_program(submitted, instructor):
+    """Merge a submission with the instructor's release notebook into the cells to run."""
+    reference = {}
+    for index, cell in enumerate(instructor.cells):
+        grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id and cell.get("cell_type") == "code":
+            reference[grade_id] = (index, cell)
+
+    emitted = []  # (instructor index or None, Cell)
+    seen = set()
+    answers = {}
+    for position, cell in enumerate(submitted.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        grade_id = _nbgrader(cell).get("grade_id")
+        known = reference.get(grade_id) if grade_id not in seen else None
+        if known is None:
+            # A cell the student added (or an ordinary demo cell): it runs as written.
+            emitted.append((None, Cell(f"{position + 1}", _source(cell))))
+            continue
+        seen.add(grade_id)
+        index, original = known
+        kind = cell_kind(original)
+        if kind == "answer":
+            answers[grade_id] = _source(cell)
+            emitted.append((index, Cell(grade_id, _source(cell))))
+        elif kind == "locked":
+            emitted.append((index, Cell(grade_id, _source(original))))
+        else:
+            emitted.append((index, None))  # a test cell: hidden suites grade instead
+
+    # Read-only cells the student deleted come back, after the cell that preceded them.
+    for grade_id, (index, original) in reference.items():
+        if grade_id not in seen and cell_kind(original) == "locked":
+            at = max((i for i, (where, _) in enumerate(emitted) if where is not None and where < index),
+                     default=-1)
+            emitted.insert(at + 1, (index, Cell(grade_id, _source(original))))
+    return Program(cells=[cell for _, cell in emitted if cell is not None], answers=answers)
+
+
+def load_program(path, instructor_path):
+    return build_program(read_notebook(path), read_notebook(instructor_path))

@@ -1,0 +1,56 @@
+"""Hidden tests for causal_mask(seq_len, device=None) -> bool [seq_len, seq_len]."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import adapters as A
+from autograder.suites.mistakes import causal_mask_mistakes
+
+
+def test_is_boolean_and_square(student):
+    mask = A.causal_mask(student, 6)
+    checks.shape(mask, (6, 6), "causal_mask(6)")
+    checks.equal(mask.dtype, torch.bool, "The dtype of the mask",
+                 "torch.tril(torch.ones(n, n)) is float: pass dtype=torch.bool or call .bool().",
+                 reveal=True)
+
+
+def test_allows_keys_up_to_the_query(student):
+    for seq_len in (1, 4, 9):
+        mask = A.causal_mask(student, seq_len)
+        checks.shape(mask, (seq_len, seq_len), f"causal_mask({seq_len})")
+        allowed = mask != 0
+        named = [name for name, wrong in causal_mask_mistakes(seq_len).items()
+                 if seq_len > 1 and torch.equal(allowed, wrong)]
+        checks.require(torch.equal(allowed, A.tril(seq_len)),
+                       f"causal_mask({seq_len}) allows the wrong positions.",
+                       f"It matches {named[0]}." if named else
+                       "mask[i, j] should be True exactly when j <= i.")
+
+
+def test_diagonal_is_allowed(student):
+    mask = A.causal_mask(student, 5)
+    checks.shape(mask, (5, 5), "causal_mask(5)")
+    checks.require(bool((mask.diagonal() != 0).all()), "The diagonal of the mask is blocked.",
+                   "A token may attend to itself: use tril() with the default diagonal=0.")
+
+
+def test_accepts_device_argument(student):
+    for args, kwargs in [((), {"device": "cpu"}), (("cpu",), {})]:
+        mask = A.causal_mask(student, 4, *args, **kwargs)
+        checks.require(torch.equal(mask != 0, A.tril(4)),
+                       "causal_mask(4, device='cpu') returns a different mask than causal_mask(4).",
+                       "Pass device= to the tensor factory (torch.ones(..., device=device)).")
+
+
+def test_makes_attention_causal(student, reference):
+    attention = reference["scaled_dot_product_attention"]
+    mask = A.causal_mask(student, A.SK) != 0
+    x = A.randn(A.B, A.SK, A.D_K, seed=3)
+    changed = x.clone()
+    changed[:, -1] = A.randn(A.B, A.D_K, seed=4)
+    before, _ = attention(x, x, x, mask=mask)
+    after, _ = attention(changed, changed, changed, mask=mask)
+    checks.require(torch.equal(before[:, :-1], after[:, :-1]),
+                   "With your mask, changing the last token changes the outputs at earlier positions.",
+                   "Earlier queries must not see later keys.")

@@ -1,0 +1,137 @@
+"""Hidden tests for MultiHeadAttention(d_model, num_heads, bias=True)."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.harness.checks import Feedback
+from autograder.student import StudentError
+from autograder.suites import adapters as A
+
+LAYOUT_HINT = ("Head h must use rows h*d_k:(h+1)*d_k of W_q, W_k, W_v: split with "
+               "view(B, S, H, d_k).transpose(1, 2), merge with transpose(1, 2) and a reshape, "
+               "and apply W_o after merging.")
+
+
+def self_attention_inputs(dtype=torch.float64, seed=30):
+    return A.randn(A.B, A.SQ, A.D_MODEL, dtype=dtype, seed=seed)
+
+
+def cross_attention_inputs(dtype=torch.float64, seed=40):
+    return (A.randn(A.B, A.SQ, A.D_MODEL, dtype=dtype, seed=seed),
+            A.randn(A.B, A.SK, A.D_MODEL, dtype=dtype, seed=seed + 1),
+            A.randn(A.B, A.SK, A.D_MODEL, dtype=dtype, seed=seed + 2))
+
+
+def test_rejects_indivisible_d_model(student):
+    try:
+        A.build_mha(student, d_model=10, num_heads=3)
+    except StudentError as error:
+        checks.require(error.kind == "ValueError",
+                       f"MultiHeadAttention(10, 3) raised {error.kind}, not ValueError.",
+                       "Raise ValueError when d_model % num_heads != 0.")
+        return
+    raise Feedback("MultiHeadAttention(10, 3) was created although 10 is not divisible by 3.",
+                   "Raise ValueError when d_model % num_heads != 0.")
+
+
+def test_has_four_projections(student):
+    parameters = A.build_mha(student)["parameters"]
+    for name in A.PROJECTIONS:
+        for part, shape in (("weight", (A.D_MODEL, A.D_MODEL)), ("bias", (A.D_MODEL,))):
+            checks.require(f"{name}.{part}" in parameters,
+                           f"MultiHeadAttention({A.D_MODEL}, {A.H}) has no parameter {name}.{part}.",
+                           "Create W_q, W_k, W_v, W_o = nn.Linear(d_model, d_model, bias=bias).")
+            checks.shape(parameters[f"{name}.{part}"], shape, f"{name}.{part}")
+
+
+def test_bias_flag(student):
+    without = A.build_mha(student, bias=False)["parameters"]
+    with_bias = A.build_mha(student, bias=True)["parameters"]
+    checks.require(not any(name.endswith(".bias") for name in without),
+                   "MultiHeadAttention(..., bias=False) still has bias parameters.",
+                   "Pass bias=bias to every nn.Linear.")
+    checks.require(all(f"{name}.bias" in with_bias for name in A.PROJECTIONS),
+                   "MultiHeadAttention(..., bias=True) is missing bias parameters.",
+                   "Pass bias=bias to every nn.Linear.")
+
+
+def test_self_attention_shapes(student):
+    x = self_attention_inputs()
+    (output, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters())
+    checks.shape(output, (A.B, A.SQ, A.D_MODEL), "The output")
+    checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights", "Return the per-head weights [B, H, Sq, Sk].")
+
+
+def test_cross_attention_shapes(student):
+    query, key, value = cross_attention_inputs()
+    (output, weights), _ = A.mha(student, query, key, value, params=A.mha_parameters())
+    hint = "Use the key/value length (Sk) for keys and values, not the query length."
+    checks.shape(output, (A.B, A.SQ, A.D_MODEL), "The cross-attention output", hint)
+    checks.shape(weights, (A.B, A.H, A.SQ, A.SK), "The cross-attention weights", hint)
+
+
+def _compare_with_torch(student, query, key, value, mask, what):
+    params = A.mha_parameters()
+    (output, weights), _ = A.mha(student, query, key, value, mask, params=params)
+    want_output, want_weights = A.torch_mha(params, A.H, query, key, value, mask)
+    checks.close(weights, want_weights, f"The {what} weights", LAYOUT_HINT)
+    checks.close(output, want_output, f"The {what} output",
+                 "The weights are right, so check the merge of the heads and W_o.")
+
+
+def test_matches_torch_multihead_attention(student):
+    x = self_attention_inputs()
+    _compare_with_torch(student, x, x, x, None, "self-attention")
+
+
+def test_matches_torch_with_causal_mask(student):
+    x = self_attention_inputs(seed=31)
+    _compare_with_torch(student, x, x, x, A.tril(A.SQ), "causal self-attention")
+
+
+def test_matches_torch_cross_attention(student):
+    _compare_with_torch(student, *cross_attention_inputs(), None, "cross-attention")
+
+
+def test_matches_reference_without_bias(student, reference):
+    query, key, value = cross_attention_inputs(seed=50)
+    params = A.mha_parameters(bias=False, seed=60)
+    mask = A.random_mask(A.B, 1, A.SQ, A.SK, seed=6)
+    (output, _), _ = A.mha(student, query, key, value, mask, params=params)
+    expected, _ = A.reference_mha(reference, params, A.H)(query, key, value, mask=mask)
+    checks.close(output, expected, "The output with bias=False and a [B, 1, Sq, Sk] mask",
+                 "With bias=False every projection is a plain matrix product.")
+
+
+def test_weights_rows_sum_to_one(student):
+    x = self_attention_inputs(seed=32)
+    (_, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters())
+    checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights")
+    checks.rows_sum_to_one(weights, "The attention weights", "Is the softmax over the keys?")
+
+
+def test_gradients_reach_inputs_and_parameters(student, reference):
+    query, key, value = cross_attention_inputs(seed=70)
+    params = A.mha_parameters(seed=80)
+    upstream = [A.randn(A.B, A.SQ, A.D_MODEL, seed=90), A.randn(A.B, A.H, A.SQ, A.SK, seed=91)]
+    _, reply = A.mha(student, query, key, value, params=params, grad_outputs=upstream)
+    module = A.reference_mha(reference, params, A.H)
+    inputs = [t.clone().requires_grad_() for t in (query, key, value)]
+    output, weights = module(*inputs)
+    names = list(dict(module.named_parameters()))
+    expected = torch.autograd.grad([output, weights], inputs + list(module.parameters()), upstream)
+    got = dict(zip(("query", "key", "value"), reply["input_grads"][0]))
+    got.update(reply["param_grads"])
+    for name, want in zip(["query", "key", "value"] + names, expected):
+        checks.require(got.get(name) is not None, f"No gradient reaches {name}.",
+                       "Is a projection unused, or is something detached along the way?")
+        checks.close(got[name], want, f"The gradient with respect to {name}", LAYOUT_HINT)
+
+
+def test_keeps_float32_and_float64(student):
+    for dtype in (torch.float32, torch.float64):
+        x = self_attention_inputs(dtype=dtype)
+        (output, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters(dtype=dtype))
+        hint = "Avoid hard-coded dtypes such as .float() or torch.tensor(..., dtype=torch.float32)."
+        checks.dtype(output, dtype, "The output", hint)
+        checks.dtype(weights, dtype, "The weights", hint)
