@@ -4,7 +4,10 @@ Each exercise is one autograded cell (check_<exercise id>) in nbgrader's model, 
 exercise's points; so `nbgrader export` and formgrader see the same totals as the CSV.
 """
 
+import warnings
+
 from nbgrader.api import Gradebook, MissingEntry
+from sqlalchemy.exc import SAWarning
 
 
 def ensure_assignment(gradebook, assignment):
@@ -18,7 +21,9 @@ def ensure_assignment(gradebook, assignment):
 
 
 def record(db_url, course, results):
-    with Gradebook(db_url) as gradebook:
+    with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
+        # nbgrader's add_submission trips SQLAlchemy's autoflush warnings; they are harmless.
+        warnings.simplefilter("ignore", SAWarning)
         for assignment in {result.assignment for result in results}:
             ensure_assignment(gradebook, course.assignment(assignment))
         for result in results:

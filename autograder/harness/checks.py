@@ -107,7 +107,7 @@ def close(actual, expected, what, hint="", mistakes=None):
     largest = f"{float(difference.max()):.3g}" if difference.numel() else "NaN"
     fraction = 1.0 - float(torch.isclose(actual_tensor.to(expected_tensor.dtype), expected_tensor,
                                          **tolerance(expected_tensor.dtype)).float().mean())
-    observed = (f"{what} differs from the correct values in {fraction:.0%} of its entries "
+    observed = (f"{what}: {fraction:.0%} of the entries differ from the correct values "
                 f"(largest difference {largest}).")
     if named:
         raise Feedback(observed, f"It matches what {named[0]} gives.")

@@ -1,0 +1,157 @@
+"""The synthetic class that `make grade` grades: who the students are and what they wrote.
+
+Regenerate sample_class/submitted/ after changing a notebook or a student:
+    .venv/bin/python -m tests.sample_class
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+from tests.notebooks import ROOT, make_submission, solution_answers
+
+SUBMITTED = ROOT / "sample_class" / "submitted"
+
+SDPA_UNSCALED = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)          # forgot to divide by sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights, nan=0.0)
+    return weights @ v, weights
+'''
+
+SDPA_WRONG_DIM = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = F.softmax(scores, dim=1)        # softmax over the wrong axis
+    return torch.matmul(weights, v), weights
+'''
+
+SDPA_3D_ONLY = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.bmm(weights, v), weights
+'''
+
+SDPA_SYNTAX_ERROR = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+'''
+
+SDPA_INFINITE_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    d_k = q.size(-1)
+    while d_k > 0:          # meant to be a loop over heads; never ends
+        d_k += 1
+    return q, q
+'''
+
+SDPA_BUILTIN_AND_HOSTILE = '''import builtins, sys
+torch.allclose = lambda *args, **kwargs: True       # try to make every comparison pass
+torch.equal = lambda *args, **kwargs: True
+print("ALL TESTS PASSED 13/13", file=sys.stderr)
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    print("score: 100")
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out, torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+'''
+
+CAUSAL_FLOAT = '''def causal_mask(seq_len, device=None):
+    return torch.tril(torch.ones(seq_len, seq_len, device=device))
+'''
+
+CAUSAL_UPPER = '''def causal_mask(seq_len, device=None):
+    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device))
+'''
+
+TOP_LEVEL_LOOP = '''def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+
+while True:     # left over from an experiment
+    pass
+'''
+
+SPLIT_NO_TRANSPOSE = '''def split_heads(x, num_heads):
+    B, S, D = x.shape
+    return x.view(B, num_heads, S, D // num_heads)     # heads mix tokens and features
+
+
+def merge_heads(x):
+    B, H, S, d_k = x.shape
+    return x.contiguous().view(B, S, H * d_k)
+'''
+
+HEADS_SYNTAX_ERROR = '''def split_heads(x, num_heads)
+    B, S, D = x.shape
+    return x.view(B, S, num_heads, D // num_heads).transpose(1, 2)
+'''
+
+MHA_SUBCLASS = '''class Always(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        B, Sq, D = query.shape
+        fake = torch.zeros(B, Sq, D, dtype=query.dtype).as_subclass(Always)
+        weights = torch.zeros(B, self.num_heads, Sq, key.shape[1], dtype=query.dtype).as_subclass(Always)
+        return fake, weights
+'''
+
+# student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
+STUDENTS = {
+    "ada_perfect": {"scaled_attention": {}, "masks": {}, "multi_head": {}},
+    "ben_untouched": {"scaled_attention": "untouched", "masks": "untouched", "multi_head": "untouched"},
+    "cara_no_scaling": {"scaled_attention": {"sdpa": SDPA_UNSCALED}, "masks": {},
+                        "multi_head": {}},
+    "dev_wrong_axes": {"scaled_attention": {"sdpa": SDPA_WRONG_DIM}, "masks": {"causal_mask": CAUSAL_UPPER},
+                       "multi_head": {"heads": SPLIT_NO_TRANSPOSE}},
+    "eli_three_d_only": {"scaled_attention": {"sdpa": SDPA_3D_ONLY}, "masks": {"causal_mask": CAUSAL_FLOAT},
+                         "multi_head": {}},
+    "fay_syntax_error": {"scaled_attention": {"sdpa": SDPA_SYNTAX_ERROR}, "masks": {},
+                         "multi_head": {"heads": HEADS_SYNTAX_ERROR}},
+    "gus_infinite_loop": {"scaled_attention": {"sdpa": SDPA_INFINITE_LOOP},
+                          "masks": {"causal_mask": TOP_LEVEL_LOOP}, "multi_head": {}},
+    "hal_corrupt": {"scaled_attention": "corrupt", "masks": "empty", "multi_head": None},
+    "ivy_hostile": {"scaled_attention": {"sdpa": SDPA_BUILTIN_AND_HOSTILE}, "masks": {},
+                    "multi_head": {"mha": MHA_SUBCLASS}},
+}
+
+
+def build(submitted=SUBMITTED):
+    submitted = Path(submitted)
+    if submitted.exists():
+        shutil.rmtree(submitted)
+    for student, assignments in STUDENTS.items():
+        for assignment, answers in assignments.items():
+            if answers is None:
+                continue
+            folder = submitted / student / assignment
+            if answers == "untouched":
+                make_submission(assignment, {}, folder)
+            elif answers in ("corrupt", "empty"):
+                (path,) = make_submission(assignment, {}, folder)
+                path.write_bytes(b'{"cells": [ {"cell_type": "code", "sour' if answers == "corrupt" else b"")
+            else:
+                make_submission(assignment, {**solution_answers(assignment), **answers}, folder)
+    return submitted
+
+
+if __name__ == "__main__":
+    print(f"wrote {build(Path(sys.argv[1]) if len(sys.argv) > 1 else SUBMITTED)}")

@@ -1,0 +1,84 @@
+"""The course is consistent: course.yml, the suites, the solutions and the released exercises."""
+
+import ast
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from autograder.submission import cell_kind
+from tests.notebooks import COURSE, ROOT
+
+NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
+IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
+
+
+def suite_tests(path):
+    tree = ast.parse(path.read_text())
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+@pytest.mark.parametrize("exercise", [e for a in COURSE.assignments for e in a.exercises], ids=lambda e: e.id)
+def test_every_hidden_test_has_points_and_every_point_a_test(exercise):
+    assert suite_tests(exercise.suite) == set(exercise.points)
+    assert all(points > 0 for points in exercise.points.values())
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
+def test_solution_check_cells_carry_course_points(assignment, notebook):
+    nb = nbformat.read(COURSE.source_notebook(assignment, notebook), as_version=4)
+    points = {cell.metadata["nbgrader"]["grade_id"]: cell.metadata["nbgrader"]["points"]
+              for cell in nb.cells if cell_kind(cell) == "test"}
+    assert points == {exercise.check_cell: exercise.max_score for exercise in notebook.exercises}
+    answers = {cell.metadata["nbgrader"]["grade_id"] for cell in nb.cells if cell_kind(cell) == "answer"}
+    assert answers == {exercise.id for exercise in notebook.exercises}
+
+
+def comparable(notebook_path):
+    nb = nbformat.read(notebook_path, as_version=4)
+    return [(cell.cell_type, cell.source, cell.get("metadata", {}).get("nbgrader")) for cell in nb.cells]
+
+
+def test_exercises_equal_a_fresh_release(tmp_path):
+    for name in ("solutions", "nbgrader_config.py", "course.yml"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    for assignment in COURSE.assignments:
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
+                        "--log-level=ERROR"], cwd=tmp_path, check=True, capture_output=True)
+    for assignment, notebook in NOTEBOOKS:
+        fresh = tmp_path / "exercises" / assignment.id / notebook.filename
+        assert comparable(fresh) == comparable(COURSE.release_notebook(assignment, notebook)), \
+            f"exercises/ is stale: run `make release` ({assignment.id}/{notebook.filename})"
+
+
+def solution_lines(notebook_path):
+    nb = nbformat.read(notebook_path, as_version=4)
+    lines = []
+    for cell in nb.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if "### BEGIN SOLUTION" in line:
+                inside = True
+            elif "### END SOLUTION" in line:
+                inside = False
+            elif inside and len(line.strip()) > 12:
+                lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
+def test_exercises_hold_no_solution_code_and_no_hidden_test(assignment, notebook):
+    released = COURSE.release_notebook(assignment, notebook).read_text()
+    assert "BEGIN SOLUTION" not in released and "BEGIN HIDDEN TESTS" not in released
+    leaked = [line for line in solution_lines(COURSE.source_notebook(assignment, notebook))
+              if line in released and not line.startswith(("#", '"""'))]
+    assert leaked == []
+    for exercise in notebook.exercises:
+        for test in exercise.points:
+            assert test not in released
+    nb = nbformat.read(COURSE.release_notebook(assignment, notebook), as_version=4)
+    stubs = [cell.source for cell in nb.cells if cell_kind(cell) == "answer"]
+    assert stubs and all("raise NotImplementedError()" in stub for stub in stubs)
