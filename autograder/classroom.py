@@ -4,8 +4,8 @@ import logging
 import time
 from pathlib import Path
 
-from autograder.grading import NotebookResult, _zero, grade_notebook
-from autograder.results import SubmissionResult
+from autograder.grading import grade_notebook
+from autograder.results import NotebookResult, SubmissionResult, zero_results
 
 log = logging.getLogger("autograder")
 
@@ -18,7 +18,7 @@ def grade_submission(course, assignment, folder, student="student"):
         path = Path(folder) / notebook.filename
         if not path.exists():
             reason = f"{notebook.filename} was not submitted"
-            result.notebooks.append(NotebookResult(notebook.name, _zero(notebook.exercises, f"Not graded: {reason}."),
+            result.notebooks.append(NotebookResult(notebook.name, zero_results(notebook.exercises, f"Not graded: {reason}."),
                                                    reason=reason))
             continue
         result.notebooks.append(grade_notebook(course, assignment, notebook, path))
@@ -42,7 +42,15 @@ def find_submissions(course, submitted, assignment_ids=None):
             if assignment_ids and folder.name not in assignment_ids:
                 continue
             found.append((student_dir.name, course.assignment(folder.name), folder))
-    return found
+    # A student who submitted some assignments but not another gets a row saying so.
+    students = sorted({student for student, _, _ in found})
+    assignments = {assignment.id: assignment for _, assignment, _ in found}
+    present = {(student, assignment.id) for student, assignment, _ in found}
+    for student in students:
+        for assignment_id, assignment in assignments.items():
+            if (student, assignment_id) not in present:
+                found.append((student, assignment, Path(submitted) / student / assignment_id))
+    return sorted(found, key=lambda entry: (entry[0], entry[1].id))
 
 
 def summary_table(results):

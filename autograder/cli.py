@@ -13,8 +13,7 @@ log = logging.getLogger("autograder")
 
 
 def _grade(args, course):
-    from autograder.classroom import grade_submission
-    from autograder.grading import NotebookResult, _zero, grade_notebook
+    from autograder.grading import grade_notebook
     from autograder.results import SubmissionResult
 
     assignment = course.assignment(args.assignment)

@@ -7,10 +7,10 @@ and run the cells (student.py) -> run the hidden pytest suites here, in the trus
 
 import ast
 import logging
-from dataclasses import dataclass, field
 
 from autograder.harness.plugin import SuitePlugin, run_suites
 from autograder.reference import reference_namespace
+from autograder.results import NotebookResult, TestResult, zero_results
 from autograder.student import StudentFailure, StudentProcess
 from autograder.submission import SubmissionError, load_program
 
@@ -18,35 +18,6 @@ log = logging.getLogger("autograder")
 
 BUILTIN_ATTENTION = {"scaled_dot_product_attention", "multi_head_attention_forward",
                      "MultiheadAttention", "_scaled_dot_product_attention_math"}
-
-
-@dataclass
-class TestResult:
-    exercise: str
-    test: str
-    score: float
-    max_score: float
-    output: str = ""
-
-    @property
-    def name(self):
-        return f"{self.exercise}: {self.test}"
-
-
-@dataclass
-class NotebookResult:
-    notebook: str
-    tests: list
-    reason: str = ""                 # why nothing could be graded, if so
-    notes: list = field(default_factory=list)  # remarks about cells (syntax errors, time-outs)
-
-    @property
-    def score(self):
-        return sum(test.score for test in self.tests)
-
-    @property
-    def max_score(self):
-        return sum(test.max_score for test in self.tests)
 
 
 def uses_builtin_attention(source):
@@ -61,11 +32,6 @@ def uses_builtin_attention(source):
         if isinstance(node, ast.ImportFrom) and any(a.name in BUILTIN_ATTENTION for a in node.names):
             return True
     return False
-
-
-def _zero(exercises, output):
-    return [TestResult(ex.id, test, 0.0, points, output)
-            for ex in exercises for test, points in ex.points.items()]
 
 
 def _cell_notes(process):
@@ -89,7 +55,7 @@ def grade_notebook(course, assignment, notebook, path):
     try:
         program = load_program(path, instructor)
     except SubmissionError as error:
-        return NotebookResult(notebook.name, _zero(exercises, f"Not graded: {error}."), reason=str(error))
+        return NotebookResult(notebook.name, zero_results(exercises, f"Not graded: {error}."), reason=str(error))
 
     process = StudentProcess(program.cells, assignment.limits)
     try:
@@ -97,7 +63,7 @@ def grade_notebook(course, assignment, notebook, path):
     except StudentFailure as error:
         process.kill()
         reason = f"the notebook could not be run: {error}"
-        return NotebookResult(notebook.name, _zero(exercises, f"Not graded: {reason}."), reason=reason)
+        return NotebookResult(notebook.name, zero_results(exercises, f"Not graded: {reason}."), reason=reason)
     try:
         plugin = SuitePlugin(process, reference_namespace(course.source_notebook(assignment, notebook)),
                              {exercise.suite.resolve(): exercise for exercise in exercises})

@@ -7,16 +7,8 @@ from dataclasses import dataclass, field
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "reason"]
 
 
-@dataclass
-class SubmissionResult:
-    student: str
-    assignment: str
-    notebooks: list = field(default_factory=list)  # NotebookResult
-    seconds: float = 0.0
-
-    @property
-    def tests(self):
-        return [test for notebook in self.notebooks for test in notebook.tests]
+class Scored:
+    """Totals over `self.tests`."""
 
     @property
     def score(self):
@@ -25,6 +17,44 @@ class SubmissionResult:
     @property
     def max_score(self):
         return sum(test.max_score for test in self.tests)
+
+
+@dataclass
+class TestResult:
+    exercise: str
+    test: str
+    score: float
+    max_score: float
+    output: str = ""
+
+    @property
+    def name(self):
+        return f"{self.exercise}: {self.test}"
+
+
+@dataclass
+class NotebookResult(Scored):
+    notebook: str
+    tests: list
+    reason: str = ""                 # why nothing could be graded, if so
+    notes: list = field(default_factory=list)  # remarks about cells (syntax errors, time-outs)
+
+
+def zero_results(exercises, output):
+    return [TestResult(ex.id, test, 0.0, points, output)
+            for ex in exercises for test, points in ex.points.items()]
+
+
+@dataclass
+class SubmissionResult(Scored):
+    student: str
+    assignment: str
+    notebooks: list = field(default_factory=list)  # NotebookResult
+    seconds: float = 0.0
+
+    @property
+    def tests(self):
+        return [test for notebook in self.notebooks for test in notebook.tests]
 
     @property
     def reason(self):

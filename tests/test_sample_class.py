@@ -24,7 +24,7 @@ EXPECTED = {
     ("fay_syntax_error", "multi_head"): 3,
     ("gus_infinite_loop", "scaled_attention"): 0, ("gus_infinite_loop", "masks"): 6,
     ("gus_infinite_loop", "multi_head"): 20,
-    ("hal_corrupt", "scaled_attention"): 0, ("hal_corrupt", "masks"): 0,
+    ("hal_corrupt", "scaled_attention"): 0, ("hal_corrupt", "masks"): 0, ("hal_corrupt", "multi_head"): 0,
     ("ivy_hostile", "scaled_attention"): 0, ("ivy_hostile", "masks"): 6, ("ivy_hostile", "multi_head"): 10,
 }
 
@@ -60,6 +60,7 @@ def test_csv_gives_the_reason_for_submissions_that_could_not_be_graded(graded):
         rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(handle)}
     assert "empty" in rows["hal_corrupt", "masks"]["reason"]
     assert "not a readable notebook" in rows["hal_corrupt", "scaled_attention"]["reason"]
+    assert "was not submitted" in rows["hal_corrupt", "multi_head"]["reason"]
     assert rows["ada_perfect", "masks"]["status"] == "graded"
 
 
