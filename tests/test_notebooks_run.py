@@ -1,0 +1,33 @@
+"""Every solution notebook runs top to bottom; every released one runs until its first stub."""
+
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from tests.notebooks import COURSE
+
+NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
+IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
+
+
+def execute(path):
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    started = time.monotonic()
+    client.execute()
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
+def test_solution_notebook_runs_top_to_bottom_within_a_minute(assignment, notebook):
+    assert execute(COURSE.source_notebook(assignment, notebook)) < 60
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
+def test_released_notebook_stops_at_a_stub(assignment, notebook):
+    with pytest.raises(CellExecutionError, match="NotImplementedError"):
+        execute(COURSE.release_notebook(assignment, notebook))
