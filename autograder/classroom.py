@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from autograder.grading import grade_notebook
-from autograder.results import NotebookResult, SubmissionResult, zero_results
+from autograder.results import SubmissionResult, not_graded
 
 log = logging.getLogger("autograder")
 
@@ -17,9 +17,7 @@ def grade_submission(course, assignment, folder, student="student"):
     for notebook in assignment.notebooks:
         path = Path(folder) / notebook.filename
         if not path.exists():
-            reason = f"{notebook.filename} was not submitted"
-            result.notebooks.append(NotebookResult(notebook.name, zero_results(notebook.exercises, f"Not graded: {reason}."),
-                                                   reason=reason))
+            result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
             continue
         result.notebooks.append(grade_notebook(course, assignment, notebook, path))
     result.seconds = time.monotonic() - started

@@ -1,6 +1,6 @@
 """course.yml: the one place that declares assignments, notebooks, exercises, points and limits."""
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml

@@ -10,7 +10,7 @@ import logging
 
 from autograder.harness.plugin import SuitePlugin, run_suites
 from autograder.reference import reference_namespace
-from autograder.results import NotebookResult, TestResult, zero_results
+from autograder.results import NotebookResult, TestResult, not_graded
 from autograder.student import StudentFailure, StudentProcess
 from autograder.submission import SubmissionError, load_program
 
@@ -55,15 +55,14 @@ def grade_notebook(course, assignment, notebook, path):
     try:
         program = load_program(path, instructor)
     except SubmissionError as error:
-        return NotebookResult(notebook.name, zero_results(exercises, f"Not graded: {error}."), reason=str(error))
+        return not_graded(notebook, str(error))
 
     process = StudentProcess(program.cells, assignment.limits)
     try:
         process.start()
     except StudentFailure as error:
         process.kill()
-        reason = f"the notebook could not be run: {error}"
-        return NotebookResult(notebook.name, zero_results(exercises, f"Not graded: {reason}."), reason=reason)
+        return not_graded(notebook, f"the notebook could not be run: {error}")
     try:
         plugin = SuitePlugin(process, reference_namespace(course.source_notebook(assignment, notebook)),
                              {exercise.suite.resolve(): exercise for exercise in exercises})

@@ -45,6 +45,12 @@ def zero_results(exercises, output):
             for ex in exercises for test, points in ex.points.items()]
 
 
+def not_graded(notebook, reason):
+    """A notebook that could not be graded at all: every test scores 0 with the reason."""
+    return NotebookResult(notebook.name, zero_results(notebook.exercises, f"Not graded: {reason}."),
+                          reason=reason)
+
+
 @dataclass
 class SubmissionResult(Scored):
     student: str
