@@ -5,7 +5,9 @@ and read-only cells (never the demos and plots) in its own, trusted process.  St
 runs here.
 """
 
+import contextlib
 import functools
+import io
 
 from autograder.submission import cell_kind, read_notebook
 
@@ -14,7 +16,8 @@ from autograder.submission import cell_kind, read_notebook
 def reference_namespace(solution_path):
     notebook = read_notebook(solution_path)
     namespace = {"__name__": f"reference:{solution_path.stem}"}
-    for cell in notebook.cells:
-        if cell.get("cell_type") == "code" and cell_kind(cell) in ("answer", "locked"):
-            exec(compile(cell.source, f"<{solution_path.name}:{cell_kind(cell)}>", "exec"), namespace)
+    with contextlib.redirect_stdout(io.StringIO()):  # what the cells print is for students to read
+        for cell in notebook.cells:
+            if cell.get("cell_type") == "code" and cell_kind(cell) in ("answer", "locked"):
+                exec(compile(cell.source, f"<{solution_path.name}:{cell_kind(cell)}>", "exec"), namespace)
     return namespace

@@ -4,6 +4,9 @@ Like nbgrader, the instructor's copy decides what each cell is: a submission can
 answers and add cells, but read-only cells come from the instructor, and the autograded test cells
 (the visible self-checks) do not run at all: the hidden suites grade.  Edited nbgrader metadata in
 the submission therefore changes nothing.
+
+Read-only cells whose grade_id starts with "demo_" (training runs, timings, figures) are for
+reading only: nothing graded may depend on them, so they are skipped to keep grading fast.
 """
 
 from dataclasses import dataclass, field
@@ -30,6 +33,9 @@ def _nbgrader(cell):
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
+DEMO_PREFIX = "demo_"
+
+
 def cell_kind(cell):
     meta = _nbgrader(cell)
     if meta.get("grade") and not meta.get("solution"):
@@ -37,7 +43,7 @@ def cell_kind(cell):
     if meta.get("solution"):
         return "answer"
     if meta.get("locked"):
-        return "locked"
+        return "demo" if str(meta.get("grade_id", "")).startswith(DEMO_PREFIX) else "locked"
     return "free"
 
 
@@ -98,7 +104,7 @@ def build_program(submitted, instructor):
         elif kind == "locked":
             emitted.append((index, Cell(grade_id, _source(original))))
         else:
-            emitted.append((index, None))  # a test cell: hidden suites grade instead
+            emitted.append((index, None))  # a test cell (the hidden suites grade) or a demo
 
     # Read-only cells the student deleted come back, after the cell that preceded them.
     for grade_id, (index, original) in reference.items():

@@ -11,7 +11,8 @@ Requests (dicts with an "op"):
   load    run the notebook's code cells in order, one at a time, each under a time limit
   names   which of the given names the submission defines, and whether they are classes
   call    call a function with inputs, optionally back-propagate given output gradients
-  module  build an nn.Module, optionally load parameters, run methods, back-propagate
+  module  build an nn.Module, optionally load parameters, run steps on it (a method of the module,
+          or a notebook function that takes the module first), back-propagate
 """
 
 import os
@@ -210,7 +211,10 @@ def call(request):
         torch.manual_seed(request.get("seed", 0))
         output = function(*args, **kwargs)
         grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
-    return {"output": output, "input_grads": grads, "used_builtin_attention": SPY.used}
+    reply = {"output": output, "input_grads": grads, "used_builtin_attention": SPY.used}
+    if request.get("echo_args"):
+        reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
+    return reply
 
 
 def build_module(request):
@@ -236,6 +240,15 @@ def build_module(request):
     return module
 
 
+def describe_module(instance):
+    """A module cannot cross the pipe; its class name, state and plain attributes can."""
+    cls = type(instance)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}",
+            "state": {name: value.detach() for name, value in instance.state_dict().items()},
+            "attributes": {name: value for name, value in vars(instance).items()
+                           if not name.startswith("_") and isinstance(value, (int, float, bool, str))}}
+
+
 def module(request):
     SPY.used = False
     with TimeLimit(request["timeout"]):
@@ -247,7 +260,11 @@ def module(request):
             if request.get("grad"):
                 args = requires_grad(args)
             step_args.append(args)
-            outputs.append(getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"]))
+            if step.get("function"):
+                result = lookup(step["function"])(instance, *args, **step["kwargs"])
+            else:
+                result = getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"])
+            outputs.append(describe_module(result) if isinstance(result, torch.nn.Module) else result)
         parameters = dict(instance.named_parameters())
         param_grads = {}
         if request.get("grad") and outputs:

@@ -92,14 +92,51 @@ def merge_heads(student, x):
 PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 
 
+def linear_parameters(shapes, bias=True, dtype=torch.float64, seed=10):
+    """Random weights for named nn.Linear layers; shapes maps a name to (d_out, d_in)."""
+    params = {}
+    for offset, (name, (d_out, d_in)) in enumerate(shapes.items()):
+        params[f"{name}.weight"] = randn(d_out, d_in, dtype=dtype, seed=seed + offset) / d_in ** 0.5
+        if bias:
+            params[f"{name}.bias"] = randn(d_out, dtype=dtype, seed=seed + 10 + offset) * 0.1
+    return params
+
+
 def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
     """Random weights for W_q, W_k, W_v, W_o, named as in the student's module."""
-    params = {}
-    for offset, name in enumerate(PROJECTIONS):
-        params[f"{name}.weight"] = randn(d_model, d_model, dtype=dtype, seed=seed + offset) / d_model ** 0.5
-        if bias:
-            params[f"{name}.bias"] = randn(d_model, dtype=dtype, seed=seed + 10 + offset) * 0.1
-    return params
+    return linear_parameters({name: (d_model, d_model) for name in PROJECTIONS}, bias, dtype, seed)
+
+
+def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
+               train=False, grad_outputs=None, functions=()):
+    """Build the student's module `cls`, load `params`, run `calls` ((method, args, kwargs) or
+    (args, kwargs) for forward) in order on the one instance; returns the probe's reply."""
+    steps = []
+    for call in calls:
+        method, args, kwargs = call if len(call) == 3 else ("forward", *call)
+        steps.append({"method": method, "args": list(args), "kwargs": dict(kwargs)})
+    for function, args, kwargs in functions:
+        steps.append({"function": function, "args": list(args), "kwargs": dict(kwargs)})
+    try:
+        return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
+                              steps=steps, grad=grad_outputs is not None,
+                              grad_outputs=grad_outputs or [[] for _ in steps])
+    except StudentError as error:
+        if error.kind == "AttributeError" and "no parameter named" in error.message:
+            raise Feedback(f"{error.message}.", "Keep the parameter names the exercise asks for.") from None
+        if error.kind == "ValueError" and "has shape" in error.message and "<cell" not in error.traceback:
+            raise Feedback(f"{cls}: parameter {error.message}.", "Check the sizes of the nn.Linear layers.") from None
+        raise
+
+
+def expect_value_error(student, cls, init_args, what, hint):
+    """The constructor must refuse these arguments with a ValueError."""
+    try:
+        student.module(cls, init_args, {})
+    except StudentError as error:
+        checks.require(error.kind == "ValueError", f"{what} raised {error.kind}, not ValueError.", hint)
+        return
+    raise Feedback(f"{what} was accepted.", hint)
 
 
 def build_mha(student, d_model=D_MODEL, num_heads=H, bias=True, **options):
@@ -112,15 +149,10 @@ def mha(student, query, key, value, mask=None, *, params, num_heads=H, grad_outp
     """Run the student's module with the given weights; returns ((output, weights), reply)."""
     kwargs = {} if mask is None else {"mask": mask}
     bias = any(name.endswith(".bias") for name in params)
-    try:
-        reply = build_mha(student, query.shape[-1], num_heads, bias, load=params, dtype=query.dtype,
-                          steps=[{"method": "forward", "args": [query, key, value], "kwargs": kwargs}],
-                          grad=grad_outputs is not None, grad_outputs=[grad_outputs or []])
-    except StudentError as error:
-        if error.kind == "AttributeError" and "no parameter named" in error.message:
-            raise Feedback(f"MultiHeadAttention: {error.message}.",
-                           "The module needs W_q, W_k, W_v, W_o = nn.Linear(d_model, d_model, bias=bias).")
-        raise
+    reply = run_module(student, "MultiHeadAttention", (query.shape[-1], num_heads),
+                       {} if bias else {"bias": False}, params=params, dtype=query.dtype,
+                       calls=[((query, key, value), kwargs)],
+                       grad_outputs=None if grad_outputs is None else [grad_outputs])
     output, weights = checks.pair(reply["outputs"][0], "MultiHeadAttention.forward")
     checks.tensor(output, "The output")
     checks.tensor(weights, "The attention weights")
@@ -149,3 +181,172 @@ def reference_mha(reference, params, num_heads, dtype=torch.float64):
         for name, value in params.items():
             module.get_parameter(name).copy_(value)
     return module
+
+
+def causal_mha(params, num_heads, x):
+    """Causal self-attention with nn.MultiheadAttention and the given W_q...W_o."""
+    return torch_mha(params, num_heads, x, x, x, tril(x.shape[1]))
+
+
+# -- NumPy softmax and attention -------------------------------------------------------------
+
+def softmax(student, x, **kwargs):
+    """The student's softmax; returns (result, the input as it is after the call)."""
+    reply = student.call("softmax", x, echo_args=True, **kwargs)
+    return checks.tensor(reply["output"], "softmax(x)", "ndarray"), reply["args_after"][0]
+
+
+def numpy_softmax(x, axis=-1):
+    return torch.softmax(torch.from_numpy(x), dim=axis).numpy()
+
+
+def numpy_attention(student, Q, K, V):
+    output, weights = checks.pair(student.call("attention", Q, K, V)["output"], "attention")
+    checks.tensor(output, "The output of attention", "ndarray")
+    checks.tensor(weights, "The weights of attention", "ndarray")
+    return output, weights
+
+
+# -- padding_mask ----------------------------------------------------------------------------
+
+def padding_mask(student, lengths, max_len):
+    mask = student.call("padding_mask", lengths, max_len)["output"]
+    return checks.tensor(mask, f"padding_mask(lengths, {max_len})")
+
+
+# -- CausalAttention (the fixed class) -------------------------------------------------------
+
+D_IN, D_OUT, CONTEXT = 5, 6, 9
+CAUSAL_ATTENTION = ("W_query", "W_key", "W_value")
+
+
+def causal_attention_parameters(bias=False, dtype=torch.float64, seed=100):
+    return linear_parameters({name: (D_OUT, D_IN) for name in CAUSAL_ATTENTION}, bias, dtype, seed)
+
+
+def causal_attention(student, inputs, *, params, context=CONTEXT, dropout=0.0, train=False,
+                     grad_outputs=None):
+    """Run the student's CausalAttention on each input in turn; returns (outputs, reply)."""
+    bias = any(name.endswith(".bias") for name in params)
+    reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
+                       {"dropout": dropout, "qkv_bias": bias}, params=params, train=train,
+                       dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
+                       grad_outputs=grad_outputs)
+    outputs = reply["outputs"]
+    for output in outputs:
+        checks.tensor(output, "CausalAttention(x)")
+    return outputs, reply
+
+
+def causal_attention_reference(params, x):
+    def project(name):
+        bias = params.get(f"{name}.bias")
+        return F.linear(x, params[f"{name}.weight"], bias)
+    q, k, v = (project(name) for name in CAUSAL_ATTENTION)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+# -- CausalSelfAttention ---------------------------------------------------------------------
+
+def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 2, dropout=0.0,
+                          train=False, grad_outputs=None):
+    """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
+    d_model = inputs[0].shape[-1]
+    bias = any(name.endswith(".bias") for name in params)
+    reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
+                       {"dropout": dropout, "bias": bias}, params=params, train=train,
+                       dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs], grad_outputs=grad_outputs)
+    pairs = []
+    for output in reply["outputs"]:
+        result, weights = checks.pair(output, "CausalSelfAttention.forward")
+        pairs.append((checks.tensor(result, "The output"), checks.tensor(weights, "The weights")))
+    return pairs, reply
+
+
+# -- train_model -----------------------------------------------------------------------------
+
+def trained_pattern_model(student, reference, num_heads, steps=100, seed=0):
+    """Train the notebook's PatternModel with the student's train_model (once per submission);
+    returns (losses, a reference PatternModel holding the trained parameters)."""
+    key = ("trained_pattern_model", num_heads, steps, seed)
+    if key not in student.memo:
+        inputs, targets = reference["make_pattern_data"](512, seed=1000 + seed)
+        reply = student.module("PatternModel", (num_heads,), {}, train=True, seed=seed,
+                               steps=[{"function": "train_model", "args": [inputs, targets],
+                                       "kwargs": {"steps": steps, "lr": 1e-2}}])
+        model = reference["PatternModel"](num_heads)
+        trained = reply["parameters"]
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                checks.require(name in trained, f"The trained model has no parameter {name}.",
+                               "Keep the parameter names of PatternModel and CausalSelfAttention.")
+                checks.shape(trained[name], parameter.shape, f"The trained parameter {name}")
+                parameter.copy_(trained[name])
+        student.memo[key] = (reply["outputs"][0], model)
+    return student.memo[key]
+
+
+# -- CachedSelfAttention ---------------------------------------------------------------------
+
+def cached_attention(student, calls, *, params, num_heads=H, dtype=torch.float64):
+    """Run steps on one CachedSelfAttention; calls are (method, args, kwargs). Returns outputs."""
+    d_model = params["W_q.weight"].shape[0]
+    reply = run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
+                       dtype=dtype, calls=calls)
+    return [checks.tensor(output, "CachedSelfAttention(x)") if method == "forward" else output
+            for (method, _, _), output in zip(calls, reply["outputs"])]
+
+
+def token_by_token(x, first=1, chunk=1):
+    """Calls that reset the cache, then feed x in pieces: `first` tokens, then `chunk` at a time."""
+    calls = [("reset_cache", (), {}), ("forward", (x[:, :first],), {"use_cache": True})]
+    for start in range(first, x.shape[1], chunk):
+        calls.append(("forward", (x[:, start:start + chunk],), {"use_cache": True}))
+    return calls
+
+
+# -- GroupedQueryAttention -------------------------------------------------------------------
+
+GQA_HEADS, GQA_KV_HEADS, GQA_D_K = 6, 2, 4
+GQA_D_MODEL = GQA_HEADS * GQA_D_K
+
+
+def gqa_parameters(num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, d_k=GQA_D_K, dtype=torch.float64,
+                   seed=200):
+    d_model, d_kv = num_heads * d_k, num_kv_heads * d_k
+    shapes = {"W_q": (d_model, d_model), "W_k": (d_kv, d_model), "W_v": (d_kv, d_model),
+              "W_o": (d_model, d_model)}
+    return linear_parameters(shapes, bias=False, dtype=dtype, seed=seed)
+
+
+def gqa(student, x, mask=None, *, params, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS,
+        grad_outputs=None):
+    kwargs = {} if mask is None else {"mask": mask}
+    reply = run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
+                       params=params, dtype=x.dtype, calls=[((x,), kwargs)],
+                       grad_outputs=None if grad_outputs is None else [grad_outputs])
+    output, weights = checks.pair(reply["outputs"][0], "GroupedQueryAttention.forward")
+    return (checks.tensor(output, "The output"), checks.tensor(weights, "The weights")), reply
+
+
+def heads_of(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)
+
+
+def torch_gqa(params, num_heads, num_kv_heads, x, mask=None, kv_order="interleave"):
+    """Grouped-query attention through F.scaled_dot_product_attention(enable_gqa=True);
+    returns (output, per-head weights)."""
+    q = heads_of(F.linear(x, params["W_q.weight"]), num_heads)
+    k = heads_of(F.linear(x, params["W_k.weight"]), num_kv_heads)
+    v = heads_of(F.linear(x, params["W_v.weight"]), num_kv_heads)
+    group = num_heads // num_kv_heads
+    if kv_order == "interleave":
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        k_full = k.repeat_interleave(group, dim=1)
+    else:  # a mistake: query head h paired with key/value head h % num_kv_heads
+        k_full, v_full = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+        context = F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask)
+    b, h, s, d_k = context.shape
+    output = F.linear(context.transpose(1, 2).reshape(b, s, h * d_k), params["W_o.weight"])
+    return output, torch_weights(q, k_full, mask)

@@ -73,3 +73,77 @@ def merge_heads_mistakes(x):
         "putting the head axis last ([B, S, d_k, H]) before flattening":
             x.permute(0, 2, 3, 1).reshape(b, s, h * d_k),
     }
+
+
+def _numpy_softmax(x, axis=-1):
+    return torch.softmax(torch.as_tensor(x), dim=axis).numpy()
+
+
+def softmax_mistakes(x, axis=-1):
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        found = {
+            "exp(x) / sum(exp(x)) without subtracting the maximum (it overflows for large x)":
+                np.exp(x) / np.exp(x).sum(axis=axis, keepdims=True),
+            "subtracting the maximum of the whole array instead of each slice's":
+                np.exp(x - x.max()) / np.exp(x - x.max()).sum(axis=axis, keepdims=True),
+            "normalising by the sum of the whole array instead of each slice's":
+                np.exp(x - x.max(axis=axis, keepdims=True)) / np.exp(x - x.max(axis=axis, keepdims=True)).sum(),
+        }
+        if x.ndim >= 2:
+            found["a softmax over the last axis whatever `axis` says"] = _numpy_softmax(x, -1)
+            found["a softmax over axis 0 instead of the given axis"] = _numpy_softmax(x, 0)
+    return found
+
+
+def numpy_attention_mistakes(Q, K, V):
+    import numpy as np
+
+    q, k, v = (torch.from_numpy(a) for a in (Q, K, V))
+    found = {
+        "attention without the 1/sqrt(d_k) scaling": _attention(q, k, v, scale=1.0),
+        "a softmax over the queries (axis=-2) instead of the keys": _attention(q, k, v, dim=-2),
+    }
+    if K.ndim == 4:
+        # K.T on [B, H, S, d] gives [d, S, H, B]; only the harmless square cases would broadcast
+        found["dividing by d_k instead of sqrt(d_k)"] = _attention(q, k, v, scale=1 / Q.shape[-1])
+    return {name: tuple(t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in value)
+            for name, value in found.items()}
+
+
+def padding_mask_mistakes(lengths, max_len):
+    positions = torch.arange(max_len)[None, :]
+    return {
+        "j <= length instead of j < length (one padded key still allowed)":
+            (positions <= lengths[:, None])[:, None, None, :],
+        "the blocked-positions convention (True = padding)": (positions >= lengths[:, None])[:, None, None, :],
+    }
+
+
+def causal_attention_mistakes(params, x):
+    def project(name):
+        return torch.nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    q, k, v = (project(name) for name in ("W_query", "W_key", "W_value"))
+    t = x.shape[1]
+    future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
+    return {
+        "no mask at all (every token sees the future)": _attention(q, k, v)[0],
+        "a mask filled where the mask is 0 (mask == 0): only the future is kept":
+            _attention(q, k, v, future)[0],
+        "a mask that also hides the diagonal (a token may not see itself)":
+            _attention(q, k, v, ~torch.ones(t, t, dtype=torch.bool).triu())[0],
+    }
+
+
+def head_similarity_mistakes(weights):
+    flat = weights.reshape(weights.shape[0], -1)
+    unit = flat / flat.norm(dim=-1, keepdim=True)
+    return {
+        "dot products without dividing by the norms": flat @ flat.T,
+        "1 - cosine similarity (a distance, not a similarity)": 1 - unit @ unit.T,
+        "normalising each query row instead of each head's whole map":
+            torch.einsum("itk,jtk->ij", weights / weights.norm(dim=-1, keepdim=True),
+                         weights / weights.norm(dim=-1, keepdim=True)) / weights.shape[1],
+    }

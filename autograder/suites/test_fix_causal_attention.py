@@ -1,0 +1,74 @@
+"""Hidden tests for the fixed CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import adapters as A
+from autograder.suites.mistakes import causal_attention_mistakes
+
+CAUSAL_HINT = ("masked_fill puts -inf where its mask is True, so that mask must be True on the future "
+               "(above the diagonal): a boolean triu(diagonal=1), sliced to the current length.")
+
+
+def inputs(t=A.CONTEXT, seed=110, dtype=torch.float64):
+    return A.randn(A.B, t, A.D_IN, seed=seed, dtype=dtype)
+
+
+def test_runs_and_returns_the_right_shape(student):
+    x = inputs(7)
+    (output,), _ = A.causal_attention(student, [x], params=A.causal_attention_parameters())
+    checks.shape(output, (A.B, 7, A.D_OUT), "CausalAttention(x)")
+
+
+def test_is_causal(student):
+    x = inputs()
+    changed = x.clone()
+    changed[:, 5:] = A.randn(A.B, A.CONTEXT - 5, A.D_IN, seed=111)
+    (before, after), _ = A.causal_attention(student, [x, changed], params=A.causal_attention_parameters())
+    checks.shape(before, (A.B, A.CONTEXT, A.D_OUT), "CausalAttention(x)")
+    checks.close(after[:, :5], before[:, :5], "Outputs at positions 0-4 after changing positions 5 and later",
+                 "A position must not see later positions. " + CAUSAL_HINT)
+
+
+def test_matches_causal_attention(student):
+    params = A.causal_attention_parameters(bias=True)
+    x = inputs(seed=112)
+    (output,), _ = A.causal_attention(student, [x], params=params)
+    checks.close(output, A.causal_attention_reference(params, x), "The output", CAUSAL_HINT,
+                 causal_attention_mistakes(params, x))
+
+
+def test_sequences_shorter_than_the_context(student):
+    params = A.causal_attention_parameters()
+    xs = [inputs(t, seed=113 + t) for t in (1, 4)]
+    outputs, _ = A.causal_attention(student, xs, params=params)
+    for x, output in zip(xs, outputs):
+        checks.close(output, A.causal_attention_reference(params, x),
+                     f"The output for {x.shape[1]} token(s) with context_length {A.CONTEXT}",
+                     "Slice the mask to the current length: mask[:T, :T].", causal_attention_mistakes(params, x))
+
+
+def test_eval_mode_is_deterministic(student):
+    params = A.causal_attention_parameters()
+    x = inputs(seed=120)
+    outputs, _ = A.causal_attention(student, [x, x], params=params, dropout=0.5)
+    hint = "Use nn.Dropout (off after model.eval()), not F.dropout with its default training=True."
+    checks.close(outputs[0], A.causal_attention_reference(params, x), "The output in eval mode with dropout=0.5",
+                 hint)
+    checks.close(outputs[1], outputs[0], "Two calls in eval mode", hint)
+
+
+def test_gradients_reach_input_and_weights(student):
+    params = A.causal_attention_parameters(bias=True)
+    x = inputs(seed=130)
+    upstream = A.randn(A.B, A.CONTEXT, A.D_OUT, seed=131)
+    _, reply = A.causal_attention(student, [x], params=params, grad_outputs=[[upstream]])
+    sources = {"x": x.clone().requires_grad_()}
+    sources.update({name: value.clone().requires_grad_() for name, value in params.items()})
+    output = A.causal_attention_reference({n: sources[n] for n in params}, sources["x"])
+    expected = dict(zip(sources, torch.autograd.grad(output, list(sources.values()), upstream)))
+    got = dict(reply["param_grads"], x=reply["input_grads"][0][0])
+    for name, want in expected.items():
+        checks.require(got.get(name) is not None, f"No gradient reaches {name}.",
+                       "Is something detached or rebuilt outside autograd?")
+        checks.close(got[name], want, f"The gradient with respect to {name}", CAUSAL_HINT)

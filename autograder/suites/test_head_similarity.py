@@ -1,0 +1,62 @@
+"""Hidden tests for head_similarity(weights [H, T, S]) -> [H, H] cosine similarities."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import adapters as A
+from autograder.suites.mistakes import head_similarity_mistakes
+
+HINT = "Flatten each head's map to one vector [H, T*S], divide each by its norm, then take all dot products."
+
+
+def maps(h=A.H + 1, t=A.SQ, s=A.SK, seed=400, dtype=torch.float64):
+    return torch.softmax(A.randn(h, t, s, seed=seed, dtype=dtype) * 2, dim=-1)
+
+
+def expected(weights):
+    flat = weights.reshape(weights.shape[0], -1)
+    return torch.nn.functional.cosine_similarity(flat[:, None], flat[None, :], dim=-1)
+
+
+def similarity(student, weights):
+    return checks.tensor(student.call("head_similarity", weights)["output"], "head_similarity(weights)")
+
+
+def test_shape_and_dtype(student):
+    for dtype in (torch.float32, torch.float64):
+        result = similarity(student, maps(dtype=dtype))
+        checks.shape(result, (A.H + 1, A.H + 1), "head_similarity(weights)", "One row and column per head.")
+        checks.dtype(result, dtype, "head_similarity(weights)", "Avoid hard-coded dtypes.")
+
+
+def test_matches_cosine_similarity(student):
+    weights = maps(seed=401)
+    checks.close(similarity(student, weights), expected(weights), "The similarities", HINT,
+                 head_similarity_mistakes(weights))
+
+
+def test_identical_heads_give_one(student):
+    one = maps(h=1, seed=402)
+    weights = torch.cat([one, one * 1.0, maps(h=1, seed=403)])
+    result = similarity(student, weights)
+    checks.shape(result, (3, 3), "head_similarity(weights)")
+    checks.close(result.diagonal(), torch.ones(3, dtype=result.dtype), "The diagonal (each head with itself)",
+                 HINT, {name: value.diagonal() for name, value in head_similarity_mistakes(weights).items()})
+    checks.close(result[0, 1], torch.ones((), dtype=result.dtype), "The similarity of two identical heads", HINT)
+    checks.close(result, result.T, "The similarity matrix compared with its transpose", "It should be symmetric.")
+
+
+def test_disjoint_heads_give_zero(student):
+    eye = torch.eye(A.SQ, dtype=torch.float64)
+    weights = torch.stack([eye, eye.roll(1, dims=-1), eye.roll(2, dims=-1)])
+    checks.close(similarity(student, weights), torch.eye(3, dtype=torch.float64),
+                 "The similarity of heads that never attend to the same cell", HINT,
+                 head_similarity_mistakes(weights))
+
+
+def test_ignores_the_scale_of_a_map(student):
+    weights = maps(seed=404)
+    scaled = weights * torch.tensor([1.0, 3.0, 0.5, 10.0], dtype=torch.float64)[:, None, None]
+    checks.close(similarity(student, scaled), expected(weights), "The similarities after rescaling some maps",
+                 "Cosine similarity divides by both norms, so scaling a map changes nothing.",
+                 head_similarity_mistakes(scaled))

@@ -1,0 +1,61 @@
+"""Hidden tests for padding_mask(lengths, max_len) -> bool [B, 1, 1, max_len]."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import adapters as A
+from autograder.suites.mistakes import padding_mask_mistakes
+
+LENGTHS = torch.tensor([3, 7, 1, 5])
+MAX_LEN = 7
+
+
+def expected(lengths, max_len):
+    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def test_is_boolean_with_broadcast_shape(student):
+    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    checks.require(mask.dtype == torch.bool, f"padding_mask returned dtype {mask.dtype}; expected torch.bool.",
+                   "Build it from a comparison (positions < lengths), which gives booleans.")
+    checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)",
+                 "Return [B, 1, 1, S] so that it broadcasts against scores [B, H, Sq, Sk].")
+
+
+def test_allows_real_keys_only(student):
+    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)")
+    checks.close(mask.to(torch.float64), expected(LENGTHS, MAX_LEN).double(), "The padding mask",
+                 "Key position j of sequence b is real exactly when j < lengths[b]; True = may attend.",
+                 {name: value.double() for name, value in padding_mask_mistakes(LENGTHS, MAX_LEN).items()})
+
+
+def test_full_length_allows_every_key(student):
+    lengths = torch.tensor([4, 4])
+    mask = A.padding_mask(student, lengths, 4)
+    checks.shape(mask, (2, 1, 1, 4), "padding_mask for sequences without padding")
+    checks.require(bool(mask.all()), "A sequence as long as max_len has blocked keys.",
+                   "Compare with <, not <=, and make True mean 'may attend'.")
+
+
+def test_blocks_keys_not_queries(student):
+    lengths = torch.tensor([2, 5, 3])
+    mask = A.padding_mask(student, lengths, 6)
+    checks.shape(mask, (3, 1, 1, 6), "padding_mask(lengths, 6)",
+                 "The key axis is the last one; a [B, 1, S, 1] mask would block queries instead.")
+
+
+def test_padded_keys_do_not_change_outputs(student):
+    lengths = torch.tensor([3, 6])
+    q, k, v = A.qkv((2, A.H), sq=6, sk=6)
+    mask = A.padding_mask(student, lengths, 6)
+    checks.require(mask.dtype == torch.bool, "padding_mask does not return a boolean tensor.")
+    try:
+        output = A.torch_attention(q, k, v, mask)
+    except RuntimeError:
+        raise checks.Feedback("The padding mask does not broadcast against scores [B, H, Sq, Sk].",
+                              "Return [B, 1, 1, S].") from None
+    for b, length in enumerate(lengths.tolist()):
+        alone = A.torch_attention(q[b], k[b, :, :length], v[b, :, :length])
+        checks.close(output[b], alone, f"Attention over sequence {b} with your mask",
+                     "With the mask, a padded sequence must give what its unpadded keys alone give.")

@@ -1,0 +1,69 @@
+"""Hidden tests for qkv_parameter_counts(d_model, num_heads, bias=False) -> dict of three counts."""
+
+from autograder.harness import checks
+from autograder.harness.checks import Feedback
+from autograder.student import StudentError
+
+KEYS = ("full_heads", "split_heads", "fused")
+CASES = [(48, 6), (20, 4), (512, 8)]
+
+
+def expected(d_model, num_heads, bias=False):
+    d_k = d_model // num_heads
+
+    def projection(d_out):
+        return d_model * d_out + (d_out if bias else 0)
+
+    return {"full_heads": 3 * num_heads * projection(d_model),
+            "split_heads": 3 * num_heads * projection(d_k),
+            "fused": 3 * projection(d_model)}
+
+
+def counts(student, d_model, num_heads, **kwargs):
+    value = student.call("qkv_parameter_counts", d_model, num_heads, **kwargs)["output"]
+    checks.require(isinstance(value, dict) and all(key in value for key in KEYS),
+                   f"qkv_parameter_counts returned {type(value).__name__}; expected a dict with keys "
+                   + ", ".join(repr(key) for key in KEYS) + ".")
+    for key in KEYS:
+        checks.require(isinstance(value[key], int) and not isinstance(value[key], bool),
+                       f"The count {key!r} is a {type(value[key]).__name__}, not an int.",
+                       "Use integer arithmetic (// rather than /).")
+    return value
+
+
+def check_count(student, key, hint, bias=False):
+    for d_model, num_heads in CASES:
+        got = counts(student, d_model, num_heads, **({"bias": True} if bias else {}))[key]
+        checks.equal(got, expected(d_model, num_heads, bias)[key],
+                     f"The {key!r} count for d_model={d_model}, {num_heads} heads"
+                     + (", bias=True" if bias else ""), hint)
+
+
+def test_fused_projection(student):
+    check_count(student, "fused", "Three d_model x d_model matrices: one each for Q, K and V.")
+
+
+def test_split_heads(student):
+    check_count(student, "split_heads",
+                "Each of the H heads has three d_model x d_k matrices, with d_k = d_model // H.")
+
+
+def test_full_width_heads(student):
+    check_count(student, "full_heads", "Each of the H heads has three full d_model x d_model matrices.")
+
+
+def test_counts_biases(student):
+    for key in KEYS:
+        check_count(student, key, "Each projection adds one bias per output feature: d_model for a "
+                                  "full projection, d_k for one head's slice.", bias=True)
+
+
+def test_rejects_indivisible_d_model(student):
+    try:
+        counts(student, 10, 3)
+    except StudentError as error:
+        checks.require(error.kind == "ValueError", f"qkv_parameter_counts(10, 3) raised {error.kind}.",
+                       "Raise ValueError when d_model % num_heads != 0.")
+        return
+    raise Feedback("qkv_parameter_counts(10, 3) returned counts although 10 is not divisible by 3.",
+                   "Raise ValueError when d_model % num_heads != 0.")

@@ -1,0 +1,68 @@
+"""Hidden tests for train_model(model, inputs, targets, steps, lr) -> list of losses.
+
+The student's loop trains the notebook's PatternModel inside the student's process; the trained
+parameters come back and are evaluated here, on held-out sequences, with the reference model.
+"""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import adapters as A
+
+STEPS = 100
+THRESHOLD = 0.9  # a correct loop reaches about 1.0 within 100 steps
+
+
+def losses_of(student, reference, num_heads=4):
+    losses, model = A.trained_pattern_model(student, reference, num_heads, STEPS)
+    if isinstance(losses, torch.Tensor):
+        losses = losses.tolist()
+    checks.require(isinstance(losses, (list, tuple)), f"train_model returned {type(losses).__name__}, "
+                   "not a list of losses.", "Append loss.item() after every step and return the list.")
+    values = []
+    for loss in losses:
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            loss = loss.item()
+        checks.require(isinstance(loss, (int, float)), "train_model's list holds something other than numbers.",
+                       "Append loss.item(), a float.")
+        values.append(float(loss))
+    return values, model
+
+
+def held_out_accuracy(reference, model):
+    inputs, targets = reference["make_pattern_data"](256, seed=4242)
+    return reference["accuracy"](model, inputs, targets)
+
+
+def test_returns_one_loss_per_step(student, reference):
+    losses, _ = losses_of(student, reference)
+    checks.require(len(losses) == STEPS, f"train_model(..., steps={STEPS}) returned {len(losses)} losses.",
+                   "Record one loss per optimiser step.")
+
+
+def test_loss_decreases(student, reference):
+    losses, _ = losses_of(student, reference)
+    checks.require(len(losses) >= 2, "train_model returned fewer than two losses.")
+    checks.require(losses[-1] < 0.6 * losses[0],
+                   f"The training loss went from {losses[0]:.2f} to {losses[-1]:.2f}; a correct loop "
+                   "roughly divides it by three.",
+                   "Each step: logits, cross-entropy over all positions, zero_grad(), backward(), step().")
+
+
+def test_learns_the_pattern(student, reference):
+    _, model = losses_of(student, reference)
+    accuracy = held_out_accuracy(reference, model)
+    checks.require(accuracy >= THRESHOLD,
+                   f"After training, the 4-head model predicts {accuracy:.0%} of held-out tokens "
+                   f"correctly (from position 2 on); at least {THRESHOLD:.0%} was expected.",
+                   "Check that the optimiser steps on model.parameters(), that gradients are reset every "
+                   "step, and that logits and targets are flattened consistently.")
+
+
+def test_learns_with_one_head(student, reference):
+    _, model = losses_of(student, reference, num_heads=1)
+    accuracy = held_out_accuracy(reference, model)
+    checks.require(accuracy >= THRESHOLD,
+                   f"After training, the 1-head model predicts {accuracy:.0%} of held-out tokens correctly; "
+                   f"at least {THRESHOLD:.0%} was expected.",
+                   "The loop should not depend on the number of heads.")
