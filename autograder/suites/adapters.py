@@ -6,17 +6,31 @@ raise Feedback in words the student understands when it does not.  Inputs are ma
 every test uses sizes that are all distinct (B != H != Sq != Sk != d_k != d_v) and non-constant.
 """
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
+from autograder.harness.plugin import student_message
 from autograder.student import StudentError
 
 # Distinct sizes, so that a transpose or a reshape over the wrong axis cannot go unnoticed.
 B, H, SQ, SK, D_K, D_V = 2, 3, 5, 7, 4, 6
 D_MODEL = H * D_K
+
+
+@contextlib.contextmanager
+def crash_hint(hint):
+    """When the student's code raises, show their error and traceback, then the likely cause."""
+    try:
+        yield
+    except StudentError as error:
+        if error.kind == "NotImplementedError":
+            raise
+        raise Feedback(student_message(error), hint) from None
 
 
 def randn(*shape, dtype=torch.float64, seed=0):
@@ -51,8 +65,10 @@ def tril(sq, sk=None):
 def sdpa(student, q, k, v, mask=None, grad_outputs=None):
     """Call the student's scaled_dot_product_attention; returns ((output, weights), input grads)."""
     kwargs = {} if mask is None else {"mask": mask}
-    reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
-                         grad_outputs=grad_outputs or (), **kwargs)
+    with crash_hint("Transpose only the last two dimensions of k (k.transpose(-2, -1)), let the mask "
+                    "broadcast, and do not assume that queries and keys have the same length."):
+        reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
+                             grad_outputs=grad_outputs or (), **kwargs)
     output, weights = checks.pair(reply["output"], "scaled_dot_product_attention")
     checks.tensor(output, "The output")
     checks.tensor(weights, "The attention weights")
@@ -149,10 +165,12 @@ def mha(student, query, key, value, mask=None, *, params, num_heads=H, grad_outp
     """Run the student's module with the given weights; returns ((output, weights), reply)."""
     kwargs = {} if mask is None else {"mask": mask}
     bias = any(name.endswith(".bias") for name in params)
-    reply = run_module(student, "MultiHeadAttention", (query.shape[-1], num_heads),
-                       {} if bias else {"bias": False}, params=params, dtype=query.dtype,
-                       calls=[((query, key, value), kwargs)],
-                       grad_outputs=None if grad_outputs is None else [grad_outputs])
+    with crash_hint("Keys and values may be longer than the queries (cross-attention): take each "
+                    "tensor's own length when splitting heads."):
+        reply = run_module(student, "MultiHeadAttention", (query.shape[-1], num_heads),
+                           {} if bias else {"bias": False}, params=params, dtype=query.dtype,
+                           calls=[((query, key, value), kwargs)],
+                           grad_outputs=None if grad_outputs is None else [grad_outputs])
     output, weights = checks.pair(reply["outputs"][0], "MultiHeadAttention.forward")
     checks.tensor(output, "The output")
     checks.tensor(weights, "The attention weights")
@@ -192,7 +210,8 @@ def causal_mha(params, num_heads, x):
 
 def softmax(student, x, **kwargs):
     """The student's softmax; returns (result, the input as it is after the call)."""
-    reply = student.call("softmax", x, echo_args=True, **kwargs)
+    with crash_hint("Reduce with keepdims=True (np.max(x, axis=axis, keepdims=True)) so the shapes broadcast."):
+        reply = student.call("softmax", x, echo_args=True, **kwargs)
     return checks.tensor(reply["output"], "softmax(x)", "ndarray"), reply["args_after"][0]
 
 
@@ -201,7 +220,9 @@ def numpy_softmax(x, axis=-1):
 
 
 def numpy_attention(student, Q, K, V):
-    output, weights = checks.pair(student.call("attention", Q, K, V)["output"], "attention")
+    with crash_hint("Swap only the last two axes of K: np.swapaxes(K, -1, -2) (K.T reverses all axes)."):
+        reply = student.call("attention", Q, K, V)
+    output, weights = checks.pair(reply["output"], "attention")
     checks.tensor(output, "The output of attention", "ndarray")
     checks.tensor(weights, "The weights of attention", "ndarray")
     return output, weights
@@ -228,10 +249,12 @@ def causal_attention(student, inputs, *, params, context=CONTEXT, dropout=0.0, t
                      grad_outputs=None):
     """Run the student's CausalAttention on each input in turn; returns (outputs, reply)."""
     bias = any(name.endswith(".bias") for name in params)
-    reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
-                       {"dropout": dropout, "qkv_bias": bias}, params=params, train=train,
-                       dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
-                       grad_outputs=grad_outputs)
+    with crash_hint("masked_fill needs a boolean mask of the scores' shape: make the buffer boolean and "
+                    "slice it to the current length, mask[:T, :T]."):
+        reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
+                           {"dropout": dropout, "qkv_bias": bias}, params=params, train=train,
+                           dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
+                           grad_outputs=grad_outputs)
     outputs = reply["outputs"]
     for output in outputs:
         checks.tensor(output, "CausalAttention(x)")
@@ -253,9 +276,12 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
     """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
     d_model = inputs[0].shape[-1]
     bias = any(name.endswith(".bias") for name in params)
-    reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
-                       {"dropout": dropout, "bias": bias}, params=params, train=train,
-                       dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs], grad_outputs=grad_outputs)
+    with crash_hint("Slice the [context_length, context_length] mask buffer to the current length T "
+                    "([:T, :T]) and let it broadcast over batch and heads."):
+        reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
+                           {"dropout": dropout, "bias": bias}, params=params, train=train,
+                           dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
+                           grad_outputs=grad_outputs)
     pairs = []
     for output in reply["outputs"]:
         result, weights = checks.pair(output, "CausalSelfAttention.forward")
@@ -291,8 +317,10 @@ def trained_pattern_model(student, reference, num_heads, steps=100, seed=0):
 def cached_attention(student, calls, *, params, num_heads=H, dtype=torch.float64):
     """Run steps on one CachedSelfAttention; calls are (method, args, kwargs). Returns outputs."""
     d_model = params["W_q.weight"].shape[0]
-    reply = run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
-                       dtype=dtype, calls=calls)
+    with crash_hint("The cache holds keys and values as [B, H, S, d_k]: concatenate along the sequence "
+                    "axis (dim=2), and build the mask over [T_new, P + T_new]."):
+        reply = run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
+                           dtype=dtype, calls=calls)
     return [checks.tensor(output, "CachedSelfAttention(x)") if method == "forward" else output
             for (method, _, _), output in zip(calls, reply["outputs"])]
 
@@ -322,9 +350,11 @@ def gqa_parameters(num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, d_k=GQA_D_K, 
 def gqa(student, x, mask=None, *, params, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS,
         grad_outputs=None):
     kwargs = {} if mask is None else {"mask": mask}
-    reply = run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
-                       params=params, dtype=x.dtype, calls=[((x,), kwargs)],
-                       grad_outputs=None if grad_outputs is None else [grad_outputs])
+    with crash_hint("W_k and W_v produce num_kv_heads heads; repeat each for its group of query heads "
+                    "before the product with the queries."):
+        reply = run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
+                           params=params, dtype=x.dtype, calls=[((x,), kwargs)],
+                           grad_outputs=None if grad_outputs is None else [grad_outputs])
     output, weights = checks.pair(reply["outputs"][0], "GroupedQueryAttention.forward")
     return (checks.tensor(output, "The output"), checks.tensor(weights, "The weights")), reply
 

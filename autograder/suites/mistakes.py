@@ -37,6 +37,7 @@ def sdpa_mistakes(q, k, v, mask=None):
             _attention(q, k, v, mask, invert=True)
         found["masking after the softmax (the remaining weights no longer sum to 1)"] = \
             _attention(q, k, v, mask, mask_after=True)
+        found["ignoring the mask (is the result of masked_fill assigned back?)"] = _attention(q, k, v)
     return found
 
 
@@ -104,6 +105,8 @@ def numpy_attention_mistakes(Q, K, V):
     found = {
         "attention without the 1/sqrt(d_k) scaling": _attention(q, k, v, scale=1.0),
         "a softmax over the queries (axis=-2) instead of the keys": _attention(q, k, v, dim=-2),
+        "scaling by the value width d_v instead of the key width d_k":
+            _attention(q, k, v, scale=1 / math.sqrt(V.shape[-1])),
     }
     if K.ndim == 4:
         # K.T on [B, H, S, d] gives [d, S, H, B]; only the harmless square cases would broadcast
@@ -134,6 +137,8 @@ def causal_attention_mistakes(params, x):
             _attention(q, k, v, future)[0],
         "a mask that also hides the diagonal (a token may not see itself)":
             _attention(q, k, v, ~torch.ones(t, t, dtype=torch.bool).triu())[0],
+        "scaling by sqrt(d_in), the input width, instead of sqrt(d_out), the key width":
+            _attention(q, k, v, ~future, scale=1 / math.sqrt(x.shape[-1]))[0],
     }
 
 

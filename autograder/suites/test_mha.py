@@ -9,7 +9,7 @@ from autograder.suites import adapters as A
 
 LAYOUT_HINT = ("Head h must use rows h*d_k:(h+1)*d_k of W_q, W_k, W_v: split with "
                "view(B, S, H, d_k).transpose(1, 2), merge with transpose(1, 2) and a reshape, "
-               "and apply W_o after merging.")
+               "and apply W_o after merging. Scale the scores by sqrt(d_k) of one head, not sqrt(d_model).")
 
 
 def self_attention_inputs(dtype=torch.float64, seed=30):

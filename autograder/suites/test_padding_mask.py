@@ -42,7 +42,8 @@ def test_blocks_keys_not_queries(student):
     lengths = torch.tensor([2, 5, 3])
     mask = A.padding_mask(student, lengths, 6)
     checks.shape(mask, (3, 1, 1, 6), "padding_mask(lengths, 6)",
-                 "The key axis is the last one; a [B, 1, S, 1] mask would block queries instead.")
+                 "Its last axis has max_len key positions (use the max_len argument, not lengths.max()); "
+                 "a [B, 1, S, 1] mask would block queries instead of keys.")
 
 
 def test_padded_keys_do_not_change_outputs(student):

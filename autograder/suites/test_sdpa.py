@@ -79,6 +79,16 @@ def test_fully_masked_row_gives_zeros(student):
                  pick(sdpa_mistakes(q, k, v, mask), 0))
 
 
+def test_large_scores_stay_finite(student):
+    q, k, v = A.qkv(dtype=torch.float32, seed=8)
+    q = q * 300  # scores in the thousands: exp() overflows float32 unless the maximum is subtracted
+    (output, weights), _ = A.sdpa(student, q, k, v)
+    hint = ("A hand-written softmax must subtract each row's maximum before exp() "
+            "(torch.softmax does this for you).")
+    checks.finite(weights, "The weights for large scores", hint)
+    checks.close(output, A.torch_attention(q, k, v), "The output for large scores", hint)
+
+
 def test_keeps_float32_and_float64(student):
     for dtype in (torch.float32, torch.float64):
         q, k, v = A.qkv(dtype=dtype)

@@ -1,0 +1,895 @@
+'''The mistake catalogue and the correct variants: answers as students write them.
+
+Every Mistake must lose points on its own exercise, with feedback that contains `hint` (the
+likely cause, in the words the student sees).  Every Variant is correct, written differently from
+the reference solution, and must get full marks.  tests/test_catalogue.py grades them all.
+'''
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mistake:
+    exercise: str   # exercise id (the answer cell's grade_id)
+    name: str
+    hint: str       # must appear in the feedback of that exercise (case-insensitive)
+    code: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    exercise: str
+    name: str
+    code: str
+
+
+def _sdpa(body):
+    return "def scaled_dot_product_attention(q, k, v, mask=None):\n" + body
+
+
+def _softmax(body):
+    return "def softmax(x, axis=-1):\n" + body
+
+
+SDPA_TAIL = '''    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+'''
+
+MHA_INIT = '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+'''
+
+CSA_INIT = '''class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads, self.d_k, self.context_length = num_heads, d_model // num_heads, context_length
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("causal", torch.ones(context_length, context_length, dtype=torch.bool).tril())
+'''
+
+CSA_FORWARD_HEAD = '''
+    def forward(self, x):
+        B, T, D = x.shape
+        if T > self.context_length:
+            raise ValueError(f"sequence of {T} tokens exceeds context_length {self.context_length}")
+        q, k, v = (W(x).view(B, T, self.num_heads, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+'''
+
+CAUSAL_ATTENTION_INIT = '''class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout=0.0, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+'''
+
+CACHED_INIT = '''class CachedSelfAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.cached_k = self.cached_v = None
+'''
+
+
+def _cached_forward(cache_and_mask):
+    return CACHED_INIT + '''
+    def forward(self, x, use_cache=False):
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_heads)
+        v = split_heads(self.W_v(x), self.num_heads)
+''' + cache_and_mask + '''        context, _ = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context))
+'''
+
+
+GQA_INIT = '''class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads, bias=False):
+        super().__init__()
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError("bad head counts")
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        d_k = d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, num_kv_heads * d_k, bias=bias)
+        self.W_v = nn.Linear(d_model, num_kv_heads * d_k, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+'''
+
+
+def _gqa_forward(expand):
+    return GQA_INIT + '''
+    def forward(self, x, mask=None):
+        group = self.num_heads // self.num_kv_heads
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_kv_heads)
+        v = split_heads(self.W_v(x), self.num_kv_heads)
+''' + expand + '''        context, weights = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context)), weights
+'''
+
+
+def _train(loop):
+    return '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in range(steps):
+''' + loop + '''    return losses
+'''
+
+
+MISTAKES = [
+    # -- softmax (NumPy) ---------------------------------------------------------------------
+    Mistake("softmax", "no max subtraction", "subtract the maximum", _softmax(
+        "    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n")),
+    Mistake("softmax", "global max instead of per-row", "maximum of each row", _softmax(
+        "    e = np.exp(x - np.max(x))\n    return e / e.sum(axis=axis, keepdims=True)\n")),
+    Mistake("softmax", "max without keepdims", "keepdims=True", _softmax(
+        "    e = np.exp(x - np.max(x, axis=axis))\n    return e / np.sum(e, axis=axis)\n")),
+    Mistake("softmax", "axis argument ignored", "whatever `axis` says", _softmax(
+        "    e = np.exp(x - x.max(axis=-1, keepdims=True))\n    return e / e.sum(axis=-1, keepdims=True)\n")),
+    Mistake("softmax", "normalised by the whole array's sum", "sum of the whole array", _softmax(
+        "    e = np.exp(x - x.max(axis=axis, keepdims=True))\n    return e / e.sum()\n")),
+    Mistake("softmax", "modifies its input in place", "in-place", _softmax(
+        "    x -= x.max(axis=axis, keepdims=True)\n    np.exp(x, out=x)\n"
+        "    x /= x.sum(axis=axis, keepdims=True)\n    return x\n")),
+    Mistake("softmax", "casts to float64", "float64", _softmax(
+        "    x = np.asarray(x, dtype=np.float64)\n    e = np.exp(x - x.max(axis=axis, keepdims=True))\n"
+        "    return e / e.sum(axis=axis, keepdims=True)\n")),
+    # -- attention (NumPy) -------------------------------------------------------------------
+    Mistake("numpy_attention", "K.T on batched inputs", "np.swapaxes", '''def attention(Q, K, V):
+    weights = softmax(Q @ K.T / np.sqrt(Q.shape[-1]))
+    return weights @ V, weights
+'''),
+    Mistake("numpy_attention", "no scaling", "without the 1/sqrt(d_k) scaling", '''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2))
+    return weights @ V, weights
+'''),
+    Mistake("numpy_attention", "softmax over the queries", "over the queries", '''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]), axis=0)
+    return weights @ V, weights
+'''),
+    Mistake("numpy_attention", "scaled by the value width", "value width d_v", '''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(V.shape[-1]))
+    return weights @ V, weights
+'''),
+    Mistake("numpy_attention", "naive softmax inline", "stable softmax", '''def attention(Q, K, V):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    weights = np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+'''),
+    # -- scaled_dot_product_attention -------------------------------------------------------
+    Mistake("sdpa", "no scaling", "without the 1/sqrt(d_k) scaling", _sdpa('''    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "divides by d_k", "by d_k instead of sqrt(d_k)", _sdpa('''    scores = q @ k.transpose(-2, -1) / q.shape[-1]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "scales by d_v", "value width d_v", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "softmax over dim -2", "over the queries", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-2), nan=0.0)
+    return weights @ v, weights
+''')),
+    Mistake("sdpa", "transpose(1, 2) only works for 3-D", "last two dimensions", _sdpa('''    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "mask applied after the softmax", "masking after the softmax", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights
+''')),
+    Mistake("sdpa", "inverted mask convention", "inverted mask", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "masked_fill result not assigned", "masked_fill assigned", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "boolean mask added as a float", "before the softmax", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask.to(scores.dtype)
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "detached scores", "detached", _sdpa('''    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "NumPy round trip", "NumPy", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.tensor(np.nan_to_num(weights.detach().numpy()), dtype=q.dtype)
+    return weights @ v, weights
+''')),
+    Mistake("sdpa", "downcast to float32", "hard-coded dtypes", _sdpa('''    q, k, v = q.float(), k.float(), v.float()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "NaN for fully masked rows", "gives NaN", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+''')),
+    Mistake("sdpa", "unstable hand-written softmax", "subtract each row's maximum", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    exps = torch.exp(scores)
+    weights = exps / exps.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+    return weights @ v, weights
+''')),
+    Mistake("sdpa", "assumes Sq == Sk", "same length", _sdpa('''    n = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)).reshape(*q.shape[:-2], n, n) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Mistake("sdpa", "in-place masked_fill_ on a leaf view breaks autograd", "in-place", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights.masked_fill_(~mask, 0.0)
+        weights /= weights.sum(-1, keepdim=True)
+    return weights @ v, weights
+''')),
+    # -- causal_mask ---------------------------------------------------------------------------
+    Mistake("causal_mask", "upper triangle", "upper triangle", '''def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).triu()
+'''),
+    Mistake("causal_mask", "diagonal excluded", "excludes the diagonal", '''def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril(diagonal=-1)
+'''),
+    Mistake("causal_mask", "float mask", "bool", '''def causal_mask(seq_len, device=None):
+    return torch.tril(torch.ones(seq_len, seq_len, device=device))
+'''),
+    Mistake("causal_mask", "blocked-positions convention", "True = blocked", '''def causal_mask(seq_len, device=None):
+    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
+'''),
+    # -- padding_mask ----------------------------------------------------------------------------
+    Mistake("padding_mask", "<= instead of <", "j <= length", '''def padding_mask(lengths, max_len):
+    return (torch.arange(max_len)[None, :] <= lengths[:, None])[:, None, None, :]
+'''),
+    Mistake("padding_mask", "True marks padding", "True = padding", '''def padding_mask(lengths, max_len):
+    return (torch.arange(max_len)[None, :] >= lengths[:, None])[:, None, None, :]
+'''),
+    Mistake("padding_mask", "returns [B, S]", "[B, 1, 1, S]", '''def padding_mask(lengths, max_len):
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+'''),
+    Mistake("padding_mask", "blocks queries instead of keys", "block queries", '''def padding_mask(lengths, max_len):
+    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :, None]
+'''),
+    Mistake("padding_mask", "uses lengths.max() instead of max_len", "max_len argument", '''def padding_mask(lengths, max_len):
+    width = int(lengths.max())
+    return (torch.arange(width)[None, :] < lengths[:, None])[:, None, None, :]
+'''),
+    # -- fix the broken CausalAttention -----------------------------------------------------
+    Mistake("fix_causal_attention", "mask == 0 keeps only the future", "future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask[:t, :t] == 0, float("-inf"))
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    Mistake("fix_causal_attention", "tril boolean mask (blocks the past)", "future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length)).bool())
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+        weights = torch.nan_to_num(torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1))
+        return self.dropout(weights) @ values
+'''),
+    Mistake("fix_causal_attention", "mask not sliced to the length", "mask[:T, :T]", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask, float("-inf"))
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    Mistake("fix_causal_attention", "mask removed to stop the crash", "no mask at all", CAUSAL_ATTENTION_INIT + '''
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    Mistake("fix_causal_attention", "functional dropout stays on in eval", "nn.Dropout", '''class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout=0.0, qkv_bias=False):
+        super().__init__()
+        self.p = dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+
+    def forward(self, x):
+        t = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+        weights = F.dropout(torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1), self.p)
+        return weights @ values
+'''),
+    Mistake("fix_causal_attention", "scaled by the input width", "sqrt(d_in)", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+
+    def forward(self, x):
+        t = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+        weights = torch.softmax(scores / x.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    # -- qkv_parameter_counts ---------------------------------------------------------------
+    Mistake("param_counts", "bias ignored", "bias", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError("indivisible")
+    d_k = d_model // num_heads
+    return {"full_heads": 3 * num_heads * d_model * d_model, "split_heads": 3 * num_heads * d_model * d_k,
+            "fused": 3 * d_model * d_model}
+'''),
+    Mistake("param_counts", "true division gives floats", "//", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError("indivisible")
+    d_k = d_model / num_heads
+    extra = 1 if bias else 0
+    return {"full_heads": 3 * num_heads * (d_model + extra) * d_model,
+            "split_heads": 3 * num_heads * (d_model + extra) * d_k, "fused": 3 * (d_model + extra) * d_model}
+'''),
+    Mistake("param_counts", "split heads counted once", "each of the h heads", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError("indivisible")
+    d_k = d_model // num_heads
+    b = 1 if bias else 0
+    return {"full_heads": 3 * num_heads * (d_model + b) * d_model, "split_heads": 3 * (d_model + b) * d_k,
+            "fused": 3 * (d_model + b) * d_model}
+'''),
+    Mistake("param_counts", "no check of divisibility", "ValueError", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    d_k = d_model // num_heads
+    b = 1 if bias else 0
+    return {"full_heads": 3 * num_heads * (d_model + b) * d_model,
+            "split_heads": 3 * num_heads * (d_model + b) * d_k, "fused": 3 * (d_model + b) * d_model}
+'''),
+    # -- split_heads / merge_heads ----------------------------------------------------------
+    Mistake("heads", "view without transpose", "without the transpose", '''def split_heads(x, num_heads):
+    B, S, D = x.shape
+    return x.view(B, num_heads, S, D // num_heads)
+
+
+def merge_heads(x):
+    B, H, S, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, S, H * d_k)
+'''),
+    Mistake("heads", "features split as [d_k, H]", "[d_k, H]", '''def split_heads(x, num_heads):
+    B, S, D = x.shape
+    return x.view(B, S, D // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def merge_heads(x):
+    B, H, S, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, S, H * d_k)
+'''),
+    Mistake("heads", "merge without moving the head axis", "without moving the head axis", '''def split_heads(x, num_heads):
+    B, S, D = x.shape
+    return x.view(B, S, num_heads, D // num_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    B, H, S, d_k = x.shape
+    return x.reshape(B, S, H * d_k)
+'''),
+    # -- MultiHeadAttention -----------------------------------------------------------------
+    Mistake("mha", "one projection shared by q, k, v", "W_q, W_k, W_v", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_q(key), self.num_heads)
+        v = split_heads(self.W_q(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("mha", "output projection missing", "W_o", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return merge_heads(context), weights
+'''),
+    Mistake("mha", "scaled by sqrt(d_model)", "not sqrt(d_model)", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads) * math.sqrt(self.d_k) / math.sqrt(self.d_model)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("mha", "bias flag ignored", "bias=bias", '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("mha", "assumes keys as long as queries", "own length", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        B, S, D = query.shape
+        q = self.W_q(query).view(B, S, self.num_heads, self.d_k).transpose(1, 2)
+        k = self.W_k(key).view(B, S, self.num_heads, self.d_k).transpose(1, 2)
+        v = self.W_v(value).view(B, S, self.num_heads, self.d_k).transpose(1, 2)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("mha", "no check of divisibility", "ValueError", '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("mha", "heads merged without a transpose", "merge", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        B, H, S, d_k = context.shape
+        return self.W_o(context.reshape(B, S, H * d_k)), weights
+'''),
+    # -- to_torch_mha --------------------------------------------------------------------------
+    Mistake("to_torch_mha", "batch_first left False", "batch_first=True", '''def to_torch_mha(module):
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
+        m.out_proj.weight.copy_(module.W_o.weight)
+        if module.W_q.bias is not None:
+            m.in_proj_bias.copy_(torch.cat([module.W_q.bias, module.W_k.bias, module.W_v.bias]))
+            m.out_proj.bias.copy_(module.W_o.bias)
+    return m
+'''),
+    Mistake("to_torch_mha", "keys stacked first", "queries first", '''def to_torch_mha(module):
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None, batch_first=True)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([module.W_k.weight, module.W_q.weight, module.W_v.weight]))
+        m.out_proj.weight.copy_(module.W_o.weight)
+        if module.W_q.bias is not None:
+            m.in_proj_bias.copy_(torch.cat([module.W_k.bias, module.W_q.bias, module.W_v.bias]))
+            m.out_proj.bias.copy_(module.W_o.bias)
+    return m
+'''),
+    Mistake("to_torch_mha", "biases always on, never copied", "bias=False", '''def to_torch_mha(module):
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, batch_first=True)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
+        m.out_proj.weight.copy_(module.W_o.weight)
+    return m
+'''),
+    # -- CausalSelfAttention ------------------------------------------------------------------
+    Mistake("causal_self_attention", "mask buffer not sliced", "[:T, :T]", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Mistake("causal_self_attention", "fixed-size buffer, no length check", "context_length", '''class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("causal", torch.ones(16, 16, dtype=torch.bool).tril())
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (W(x).view(B, T, self.num_heads, self.d_k).transpose(1, 2) for W in (self.W_q, self.W_k, self.W_v))
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Mistake("causal_self_attention", "functional dropout in eval", "nn.Dropout", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (F.dropout(weights, self.dropout.p) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Mistake("causal_self_attention", "mask stored as a parameter", "register_buffer", CSA_INIT.replace(
+        'self.register_buffer("causal", torch.ones(context_length, context_length, dtype=torch.bool).tril())',
+        'self.causal = nn.Parameter(torch.ones(context_length, context_length).tril())') + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(self.causal[:T, :T] == 0, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Mistake("causal_self_attention", "returns the weights after dropout", "before dropout", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Mistake("causal_self_attention", "scaled by sqrt(d_model)", "sqrt(d_k)", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    # -- train_model ---------------------------------------------------------------------------
+    Mistake("train_model", "optimizer.step() forgotten", "step()", _train('''        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+''')),
+    Mistake("train_model", "targets flattened in the wrong order", "flattened consistently", _train('''        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.T.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+''')),
+    Mistake("train_model", "backward before zero_grad", "zero_grad", _train('''        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        optimizer.zero_grad()
+        optimizer.step()
+        losses.append(loss.item())
+''')),
+    # -- head_similarity ------------------------------------------------------------------------
+    Mistake("head_similarity", "dot products without norms", "without dividing by the norms", '''def head_similarity(weights):
+    flat = weights.reshape(weights.shape[0], -1)
+    return flat @ flat.T
+'''),
+    Mistake("head_similarity", "1 - cosine", "a distance", '''def head_similarity(weights):
+    flat = F.normalize(weights.reshape(weights.shape[0], -1), dim=-1)
+    return 1 - flat @ flat.T
+'''),
+    Mistake("head_similarity", "normalised per query row", "each query row", '''def head_similarity(weights):
+    rows = weights / weights.norm(dim=-1, keepdim=True)
+    return torch.einsum("itk,jtk->ij", rows, rows) / weights.shape[1]
+'''),
+    Mistake("head_similarity", "pairs head i with head i only", "one row and column per head", '''def head_similarity(weights):
+    flat = weights.reshape(weights.shape[0], -1)
+    return F.cosine_similarity(flat, flat, dim=-1)
+'''),
+    # -- CachedSelfAttention ------------------------------------------------------------------
+    Mistake("kv_cache", "cache never appended", "concatenate", _cached_forward('''        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+''')),
+    Mistake("kv_cache", "chunk mask without the offset", "tril(diagonal=p)", _cached_forward('''        if use_cache:
+            if self.cached_k is not None:
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+''')),
+    Mistake("kv_cache", "no mask when using the cache", "causal mask among its own tokens", _cached_forward('''        mask = None
+        if use_cache:
+            if self.cached_k is not None:
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+        else:
+            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+''')),
+    Mistake("kv_cache", "cache concatenated along the head axis", "dim=2", _cached_forward('''        past = 0
+        if use_cache:
+            if self.cached_k is not None:
+                past = self.cached_k.shape[2]
+                k = torch.cat([self.cached_k, k], dim=1)
+                v = torch.cat([self.cached_v, v], dim=1)
+            self.cached_k, self.cached_v = k, v
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
+''')),
+    Mistake("kv_cache", "reset_cache does nothing", "reset_cache()", CACHED_INIT.replace(
+        "    def reset_cache(self):\n        self.cached_k = self.cached_v = None\n",
+        "    def reset_cache(self):\n        if not hasattr(self, 'cached_k'):\n            self.cached_k = self.cached_v = None\n") + '''
+    def forward(self, x, use_cache=False):
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_heads)
+        v = split_heads(self.W_v(x), self.num_heads)
+        past = 0
+        if use_cache:
+            if self.cached_k is not None:
+                past = self.cached_k.shape[2]
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
+        context, _ = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context))
+'''),
+    # -- GroupedQueryAttention ------------------------------------------------------------------
+    Mistake("gqa", "repeat instead of repeat_interleave", "repeat_interleave", _gqa_forward('''        k = k.repeat(1, group, 1, 1)
+        v = v.repeat(1, group, 1, 1)
+''')),
+    Mistake("gqa", "no check of the head counts", "ValueError", GQA_INIT.replace(
+        '''        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError("bad head counts")
+''', "") + '''
+    def forward(self, x, mask=None):
+        group = self.num_heads // self.num_kv_heads
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_kv_heads).repeat_interleave(group, dim=1)
+        v = split_heads(self.W_v(x), self.num_kv_heads).repeat_interleave(group, dim=1)
+        context, weights = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+    Mistake("gqa", "full-width key/value projections", "num_kv_heads * d_k", '''class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads, bias=False):
+        super().__init__()
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError("bad head counts")
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, mask=None):
+        q, k, v = (split_heads(W(x), self.num_heads) for W in (self.W_q, self.W_k, self.W_v))
+        context, weights = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context)), weights
+'''),
+]
+
+
+VARIANTS = [
+    Variant("softmax", "logsumexp form", '''def softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    log_norm = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    return np.exp(x - log_norm)
+'''),
+    Variant("softmax", "moveaxis and expand_dims, printing", '''def softmax(x, axis=-1):
+    print("softmax called with shape", x.shape)
+    moved = np.moveaxis(x, axis, -1)
+    shifted = moved - np.expand_dims(moved.max(axis=-1), -1)
+    e = np.exp(shifted)
+    return np.moveaxis(e / np.expand_dims(e.sum(axis=-1), -1), -1, axis)
+'''),
+    Variant("numpy_attention", "einsum", '''def attention(Q, K, V):
+    scores = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
+    weights = softmax(scores, axis=-1)
+    return np.einsum("...qk,...kd->...qd", weights, V), weights
+'''),
+    Variant("sdpa", "einsum and torch.where", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.where(torch.isnan(weights), torch.zeros_like(weights), weights)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+'''),
+    Variant("sdpa", "pre-scaled queries and matmul", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    q = q * q.size(-1) ** -0.5
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -math.inf)
+    weights = F.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.matmul(weights, v), weights
+'''),
+    Variant("sdpa", "-1e9 with empty rows zeroed", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask.any(dim=-1, keepdim=True)
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights
+'''),
+    Variant("sdpa", "manual stable softmax: exp, mask, renormalise", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores - scores.amax(dim=-1, keepdim=True).detach()
+    exps = torch.exp(scores)
+    if mask is not None:
+        exps = exps * mask
+    total = exps.sum(dim=-1, keepdim=True)
+    weights = exps / torch.where(total == 0, torch.ones_like(total), total)
+    return weights @ v, weights
+'''),
+    Variant("sdpa", "prints and warns", '''import sys
+import warnings
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    print("q", tuple(q.shape), "k", tuple(k.shape))
+    print("debugging to stderr", file=sys.stderr)
+    warnings.warn("this is a student warning")
+    scores = q @ k.mT / math.sqrt(k.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+'''),
+    Variant("causal_mask", "arange comparison", '''def causal_mask(seq_len, device=None):
+    positions = torch.arange(seq_len, device=device)
+    return positions[:, None] >= positions[None, :]
+'''),
+    Variant("causal_mask", "negated upper triangle", '''def causal_mask(seq_len, device=None):
+    return ~torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
+'''),
+    Variant("padding_mask", "loop over the batch", '''def padding_mask(lengths, max_len):
+    mask = torch.zeros(len(lengths), 1, 1, max_len, dtype=torch.bool)
+    for b, length in enumerate(lengths.tolist()):
+        mask[b, 0, 0, :length] = True
+    return mask
+'''),
+    Variant("fix_causal_attention", "additive -1e9 mask on a float buffer", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        t = x.shape[1]
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2) + self.mask[:t, :t] * -1e9
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    Variant("fix_causal_attention", "bool conversion at use", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(1, 2)
+        scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
+        return self.dropout(weights) @ values
+'''),
+    Variant("param_counts", "counted from real nn.Linear layers", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError(f"{d_model} is not divisible by {num_heads}")
+    def size(d_out):
+        return sum(p.numel() for p in nn.Linear(d_model, d_out, bias=bias).parameters())
+    return {"full_heads": 3 * num_heads * size(d_model), "split_heads": 3 * num_heads * size(d_model // num_heads),
+            "fused": 3 * size(d_model)}
+'''),
+    Variant("heads", "unflatten and permute", '''def split_heads(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+def merge_heads(x):
+    return x.permute(0, 2, 1, 3).flatten(-2)
+'''),
+    Variant("mha", "loop over heads", MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        Q, K, V = self.W_q(query), self.W_k(key), self.W_v(value)
+        outputs, maps = [], []
+        for h in range(self.num_heads):
+            part = slice(h * self.d_k, (h + 1) * self.d_k)
+            head_mask = None
+            if mask is not None:
+                head_mask = mask if mask.dim() < 4 else mask[:, min(h, mask.shape[1] - 1)]
+            out, w = scaled_dot_product_attention(Q[..., part], K[..., part], V[..., part], mask=head_mask)
+            outputs.append(out)
+            maps.append(w)
+        return self.W_o(torch.cat(outputs, dim=-1)), torch.stack(maps, dim=1)
+'''),
+    Variant("to_torch_mha", "load_state_dict", '''def to_torch_mha(module):
+    has_bias = module.W_q.bias is not None
+    m = nn.MultiheadAttention(module.W_q.in_features, module.num_heads, bias=has_bias, batch_first=True)
+    state = {"in_proj_weight": torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]),
+             "out_proj.weight": module.W_o.weight}
+    if has_bias:
+        state["in_proj_bias"] = torch.cat([module.W_q.bias, module.W_k.bias, module.W_v.bias])
+        state["out_proj.bias"] = module.W_o.bias
+    m.load_state_dict({name: value.detach().clone() for name, value in state.items()})
+    return m
+'''),
+    Variant("causal_self_attention", "float buffer, torch.where, -1e9", '''class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("num_heads must divide d_model")
+        self.h, self.context_length = num_heads, context_length
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.register_buffer("bias_mask", torch.tril(torch.ones(context_length, context_length)).view(1, 1, context_length, context_length))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        if T > self.context_length:
+            raise ValueError(f"got {T} tokens but context_length is {self.context_length}")
+        q = self.W_q(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)
+        k = self.W_k(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)
+        v = self.W_v(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = torch.where(self.bias_mask[:, :, :T, :T] == 0, torch.full_like(att, -1e9), att)
+        att = F.softmax(att, dim=-1)
+        y = self.attn_dropout(att) @ v
+        y = y.permute(0, 2, 1, 3).reshape(B, T, C)
+        return self.W_o(y), att
+'''),
+    Variant("train_model", "CrossEntropyLoss on [B, vocab, T], set_to_none", '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+    model.train()
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history = []
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        logits, _ = model(inputs)
+        loss = criterion(logits.transpose(1, 2), targets)
+        loss.backward()
+        optimizer.step()
+        history.append(float(loss))
+        if step % 50 == 0:
+            print(f"step {step}: loss {loss.item():.3f}")
+    return history
+'''),
+    Variant("head_similarity", "F.normalize and broadcasting cosine", '''def head_similarity(weights):
+    flat = F.normalize(weights.flatten(1), dim=1)
+    return F.cosine_similarity(flat.unsqueeze(1), flat.unsqueeze(0), dim=-1)
+'''),
+    Variant("kv_cache", "lists of chunks, mask from positions", CACHED_INIT.replace(
+        "        self.cached_k = self.cached_v = None\n", "        self.keys, self.values = [], []\n") + '''
+    def forward(self, x, use_cache=False):
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_heads)
+        v = split_heads(self.W_v(x), self.num_heads)
+        if use_cache:
+            self.keys.append(k)
+            self.values.append(v)
+            k, v = torch.cat(self.keys, dim=-2), torch.cat(self.values, dim=-2)
+        start = k.shape[-2] - q.shape[-2]
+        query_positions = torch.arange(start, k.shape[-2])[:, None]
+        key_positions = torch.arange(k.shape[-2])[None, :]
+        context, _ = attend(q, k, v, key_positions <= query_positions)
+        return self.W_o(merge_heads(context))
+'''),
+    Variant("gqa", "expand and reshape", _gqa_forward('''        B, H_kv, T, d_k = k.shape
+        k = k[:, :, None].expand(B, H_kv, group, T, d_k).reshape(B, H_kv * group, T, d_k)
+        v = v[:, :, None].expand(B, H_kv, group, T, d_k).reshape(B, H_kv * group, T, d_k)
+''')),
+]
