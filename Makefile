@@ -7,7 +7,7 @@ OUT       ?= grading
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup grade test release sample-class clean
+.PHONY: setup grade report test release sample-class clean
 
 setup: $(VENV)/.installed sandbox
 
@@ -29,6 +29,9 @@ grade: setup
 	$(PYTHON) -m autograder grade-class --submitted $(SUBMITTED) --out $(OUT)
 
 ## The course's own test suite.
+report: setup
+	$(PYTHON) -m autograder report --out $(OUT)
+
 test: setup
 	$(PYTHON) -m pytest tests
 

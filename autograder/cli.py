@@ -61,6 +61,13 @@ def _grade_class(args, course):
     return 0
 
 
+def _report(args, course):
+    from autograder.report import write_report
+    folder = write_report(args.out)
+    print(f"Report: {folder / 'report.md'}  {folder / 'scores.png'}  {folder / 'item_analysis.csv'}")
+    return 0
+
+
 def _release(args, course):
     from autograder.release import release
     release(course, args.assignment)
@@ -85,6 +92,10 @@ def parser():
     whole.add_argument("--out", default="grading", help="folder for grades.csv, results, feedback")
     whole.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
     whole.set_defaults(run=_grade_class)
+
+    report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
+    report.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    report.set_defaults(run=_report)
 
     release = commands.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader")
     release.add_argument("--assignment", action="append")

@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from tests.catalogue import mistake
 from tests.notebooks import ROOT, make_submission, solution_answers
 
 SUBMITTED = ROOT / "sample_class" / "submitted"
@@ -115,9 +116,10 @@ class MultiHeadAttention(nn.Module):
 '''
 
 # student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
+ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")
 STUDENTS = {
-    "ada_perfect": {"scaled_attention": {}, "masks": {}, "multi_head": {}},
-    "ben_untouched": {"scaled_attention": "untouched", "masks": "untouched", "multi_head": "untouched"},
+    "ada_perfect": {assignment: {} for assignment in ALL},
+    "ben_untouched": {assignment: "untouched" for assignment in ALL},
     "cara_no_scaling": {"scaled_attention": {"sdpa": SDPA_UNSCALED}, "masks": {},
                         "multi_head": {}},
     "dev_wrong_axes": {"scaled_attention": {"sdpa": SDPA_WRONG_DIM}, "masks": {"causal_mask": CAUSAL_UPPER},
@@ -131,6 +133,12 @@ STUDENTS = {
     "hal_corrupt": {"scaled_attention": "corrupt", "masks": "empty", "multi_head": None},
     "ivy_hostile": {"scaled_attention": {"sdpa": SDPA_BUILTIN_AND_HOSTILE}, "masks": {},
                     "multi_head": {"mha": MHA_SUBCLASS}},
+    "jon_unstable": {"attention_basics": {"softmax": mistake("softmax", "no max subtraction")},
+                     "heads_at_work": {"causal_self_attention":
+                                       mistake("causal_self_attention", "functional dropout in eval")}},
+    "kim_mask_bugs": {"masks": {"padding_mask": mistake("padding_mask", "<= instead of <"),
+                                "fix_causal_attention": mistake("fix_causal_attention", "mask == 0 keeps only the future")},
+                      "kv_cache": {"gqa": mistake("gqa", "repeat instead of repeat_interleave")}},
 }
 
 

@@ -1,9 +1,11 @@
 """The course is consistent: course.yml, the suites, the solutions and the released exercises."""
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -47,7 +49,8 @@ def test_exercises_equal_a_fresh_release(tmp_path):
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
     for assignment in COURSE.assignments:
         subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
-                        "--log-level=ERROR"], cwd=tmp_path, check=True, capture_output=True)
+                        "--log-level=ERROR"], cwd=tmp_path, check=True, capture_output=True,
+                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
     for assignment, notebook in NOTEBOOKS:
         fresh = tmp_path / "exercises" / assignment.id / notebook.filename
         assert comparable(fresh) == comparable(COURSE.release_notebook(assignment, notebook)), \
@@ -55,8 +58,10 @@ def test_exercises_equal_a_fresh_release(tmp_path):
 
 
 def solution_lines(notebook_path):
+    """Lines that appear only inside solution regions (not also in given code, such as the broken
+    class that students fix)."""
     nb = nbformat.read(notebook_path, as_version=4)
-    lines = []
+    inside_lines, outside_lines = [], set()
     for cell in nb.cells:
         inside = False
         for line in cell.source.splitlines():
@@ -65,8 +70,10 @@ def solution_lines(notebook_path):
             elif "### END SOLUTION" in line:
                 inside = False
             elif inside and len(line.strip()) > 12:
-                lines.append(line.strip())
-    return lines
+                inside_lines.append(line.strip())
+            else:
+                outside_lines.add(line.strip())
+    return [line for line in inside_lines if line not in outside_lines]
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)

@@ -1,0 +1,102 @@
+"""Item analysis of a graded class: score distributions, per-test pass rates, suspicious tests.
+
+Reads what `grade-class` wrote (grades.csv and results/<student>/<assignment>/results.json) and
+writes report/: scores.png (a histogram per assignment), item_analysis.csv (one row per test)
+and report.md (the same, with the tests that nobody or everybody passed).  Submissions that could
+not be graded (missing, corrupt) are left out of the pass rates: they say nothing about a test.
+"""
+
+import csv
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from autograder.course import CourseError
+
+
+def graded_results(out):
+    """assignment -> list of (student, results.json dict) for submissions that were graded."""
+    grades = Path(out) / "grades.csv"
+    if not grades.is_file():
+        raise CourseError(f"no {grades}: run `make grade` first")
+    by_assignment = defaultdict(list)
+    with open(grades) as handle:
+        for row in csv.DictReader(handle):
+            if row["status"] != "graded":
+                continue
+            path = Path(out) / "results" / row["student"] / row["assignment"] / "results.json"
+            try:
+                by_assignment[row["assignment"]].append((row["student"], json.loads(path.read_text())))
+            except (OSError, json.JSONDecodeError):
+                raise CourseError(f"{path} is missing or unreadable: grade the class again") from None
+    return by_assignment
+
+
+def item_rows(by_assignment):
+    rows = []
+    for assignment, results in by_assignment.items():
+        passed, points = defaultdict(int), {}
+        for _, result in results:
+            for test in result["tests"]:
+                points[test["name"]] = test["max_score"]
+                passed[test["name"]] += test["score"] >= test["max_score"]
+        for name, max_score in points.items():
+            rows.append({"assignment": assignment, "test": name, "points": max_score,
+                         "submissions": len(results), "passed": passed[name],
+                         "pass_rate": round(passed[name] / len(results), 3)})
+    return rows
+
+
+def plot_scores(by_assignment, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    assignments = list(by_assignment)
+    fig, axes = plt.subplots(1, len(assignments), figsize=(3.2 * len(assignments), 3), squeeze=False)
+    for ax, assignment in zip(axes[0], assignments):
+        percents = [100 * r["score"] / r["max_score"] for _, r in by_assignment[assignment] if r["max_score"]]
+        ax.hist(percents, bins=10, range=(0, 100), color="tab:blue", edgecolor="white")
+        ax.set_title(f"{assignment} (n={len(percents)})", fontsize=9)
+        ax.set_xlabel("score (% of max)")
+    axes[0][0].set_ylabel("submissions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def markdown(by_assignment, rows):
+    lines = ["# Class report", ""]
+    for assignment, results in by_assignment.items():
+        scores = [r["score"] for _, r in results]
+        top = results[0][1]["max_score"] if results else 0
+        lines += [f"## {assignment}", "",
+                  f"{len(results)} graded submissions; mean {statistics.mean(scores):.1f} / {top:g}, "
+                  f"median {statistics.median(scores):g}.", "",
+                  "| test | points | passed | pass rate |", "|---|---|---|---|"]
+        mine = [row for row in rows if row["assignment"] == assignment]
+        for row in sorted(mine, key=lambda row: row["pass_rate"]):
+            lines.append(f"| {row['test']} | {row['points']:g} | {row['passed']}/{row['submissions']} | "
+                         f"{row['pass_rate']:.0%} |")
+        nobody = [row["test"] for row in mine if row["passed"] == 0]
+        everybody = [row["test"] for row in mine if row["passed"] == row["submissions"]]
+        lines += ["", "Nobody passed: " + (", ".join(nobody) or "none"),
+                  "", "Everybody passed: " + (", ".join(everybody) or "none"), ""]
+    return "\n".join(lines)
+
+
+def write_report(out, folder=None):
+    by_assignment = graded_results(out)
+    if not by_assignment:
+        raise CourseError(f"no graded submissions in {out}")
+    folder = Path(folder or Path(out) / "report")
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = item_rows(by_assignment)
+    with open(folder / "item_analysis.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    plot_scores(by_assignment, folder / "scores.png")
+    (folder / "report.md").write_text(markdown(by_assignment, rows))
+    return folder
