@@ -226,7 +226,7 @@ MISTAKES = [
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
 ''' + SDPA_TAIL)),
-    Mistake("sdpa", "NumPy round trip", "NumPy", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    Mistake("sdpa", "NumPy round trip", "NumPy", "import numpy as np\n\n\n" + _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -256,7 +256,7 @@ MISTAKES = [
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
 ''' + SDPA_TAIL)),
-    Mistake("sdpa", "in-place masked_fill_ on a leaf view breaks autograd", "in-place", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    Mistake("sdpa", "in-place masked_fill_ on the softmax output", "in-place", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         weights.masked_fill_(~mask, 0.0)

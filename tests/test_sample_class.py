@@ -11,22 +11,24 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# (student, assignment) -> score; the maxima are 13 (scaled_attention), 6 (masks), 20 (multi_head).
-EXPECTED = {
-    ("ada_perfect", "scaled_attention"): 13, ("ada_perfect", "masks"): 6, ("ada_perfect", "multi_head"): 20,
-    ("ben_untouched", "scaled_attention"): 0, ("ben_untouched", "masks"): 0, ("ben_untouched", "multi_head"): 0,
-    ("cara_no_scaling", "scaled_attention"): 4, ("cara_no_scaling", "masks"): 6,
-    ("cara_no_scaling", "multi_head"): 20,
-    ("dev_wrong_axes", "scaled_attention"): 2, ("dev_wrong_axes", "masks"): 2, ("dev_wrong_axes", "multi_head"): 8,
-    ("eli_three_d_only", "scaled_attention"): 1, ("eli_three_d_only", "masks"): 5,
-    ("eli_three_d_only", "multi_head"): 20,
-    ("fay_syntax_error", "scaled_attention"): 0, ("fay_syntax_error", "masks"): 6,
-    ("fay_syntax_error", "multi_head"): 3,
-    ("gus_infinite_loop", "scaled_attention"): 0, ("gus_infinite_loop", "masks"): 6,
-    ("gus_infinite_loop", "multi_head"): 20,
-    ("hal_corrupt", "scaled_attention"): 0, ("hal_corrupt", "masks"): 0, ("hal_corrupt", "multi_head"): 0,
-    ("ivy_hostile", "scaled_attention"): 0, ("ivy_hostile", "masks"): 6, ("ivy_hostile", "multi_head"): 10,
+# Scores per student, in the order of ASSIGNMENTS (maxima 18, 14, 22, 33, 23, 19); 0 where a
+# student did not submit an assignment.
+ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")
+SCORES = {
+    "ada_perfect": (18, 14, 22, 33, 23, 19),
+    "ben_untouched": (0, 0, 0, 0, 0, 0),
+    "cara_no_scaling": (0, 4, 22, 33, 0, 0),
+    "dev_wrong_axes": (0, 2, 18, 21, 0, 0),
+    "eli_three_d_only": (0, 1, 21, 33, 0, 0),
+    "fay_syntax_error": (0, 0, 22, 16, 0, 0),
+    "gus_infinite_loop": (0, 0, 22, 33, 0, 0),
+    "hal_corrupt": (0, 0, 0, 0, 0, 0),
+    "ivy_hostile": (0, 0, 22, 16, 0, 0),
+    "jon_unstable": (14, 0, 0, 0, 22, 0),
+    "kim_mask_bugs": (0, 0, 10, 0, 0, 14),
 }
+EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
+            for assignment, score in zip(ASSIGNMENTS, scores)}
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +91,31 @@ def test_feedback_reveals_no_hidden_code_or_values(graded):
         assert not [line for line in suites if line in text]
     cara = (out / "feedback" / "cara_no_scaling" / "scaled_attention" / "feedback.md").read_text()
     assert "without the 1/sqrt(d_k) scaling" in cara
+
+
+def test_report_gives_pass_rates_and_flags_tests(graded):
+    out, _, _ = graded
+    process = run_grader("report", "--out", out)
+    assert process.returncode == 0, process.stderr
+    report = out / "report"
+    assert (report / "scores.png").read_bytes().startswith(b"\x89PNG")
+    with open(report / "item_analysis.csv") as handle:
+        rows = {(row["assignment"], row["test"]): row for row in csv.DictReader(handle)}
+    # every hidden test of every graded assignment has a pass rate, over graded submissions only
+    for assignment in COURSE.assignments:
+        for exercise in assignment.exercises:
+            for test in exercise.points:
+                assert (assignment.id, f"{exercise.id}: {test}") in rows
+    sdpa_scaling = rows["scaled_attention", "sdpa: test_matches_torch_attention"]
+    graded_count = sum(1 for (student, a), s in EXPECTED.items() if a == "scaled_attention"
+                       and student not in ("hal_corrupt", "jon_unstable", "kim_mask_bugs"))
+    assert int(sdpa_scaling["submissions"]) == graded_count
+    assert int(sdpa_scaling["passed"]) == 1  # only ada's attention matches torch's
+    text = (report / "report.md").read_text()
+    assert "Nobody passed" in text and "Everybody passed" in text
+
+
+def test_report_without_grading_is_a_one_line_error(tmp_path):
+    process = run_grader("report", "--out", tmp_path)
+    assert process.returncode == 2
+    assert process.stderr.strip().startswith("error:") and len(process.stderr.strip().splitlines()) == 1

@@ -60,12 +60,17 @@ def tril(sq, sk=None):
     return torch.ones(sq, sk or sq, dtype=torch.bool).tril()
 
 
+BACKWARD_HINT = ("The backward pass failed: an in-place operation (masked_fill_, /=, +=) on a tensor that "
+                 "autograd still needs breaks it; use the out-of-place forms.")
+
+
 # -- scaled_dot_product_attention --------------------------------------------------------------
 
 def sdpa(student, q, k, v, mask=None, grad_outputs=None):
     """Call the student's scaled_dot_product_attention; returns ((output, weights), input grads)."""
     kwargs = {} if mask is None else {"mask": mask}
-    with crash_hint("Transpose only the last two dimensions of k (k.transpose(-2, -1)), let the mask "
+    with crash_hint(BACKWARD_HINT if grad_outputs is not None else
+                    "Transpose only the last two dimensions of k (k.transpose(-2, -1)), let the mask "
                     "broadcast, and do not assume that queries and keys have the same length."):
         reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
                              grad_outputs=grad_outputs or (), **kwargs)

@@ -16,7 +16,7 @@ def test_is_boolean_and_square(student):
 
 
 def test_allows_keys_up_to_the_query(student):
-    for seq_len in (1, 4, 9):
+    for seq_len in (4, 9, 1):
         mask = A.causal_mask(student, seq_len)
         checks.shape(mask, (seq_len, seq_len), f"causal_mask({seq_len})")
         allowed = mask != 0

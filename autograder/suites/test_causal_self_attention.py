@@ -65,7 +65,8 @@ def test_dropout_in_training_mode(student):
 
 def test_rejects_sequences_longer_than_the_context(student):
     try:
-        A.causal_self_attention(student, [x_of(CONTEXT + 1)], params=A.mha_parameters())
+        A.run_module(student, "CausalSelfAttention", (A.D_MODEL, A.H, CONTEXT), {}, params=A.mha_parameters(),
+                     calls=[((x_of(CONTEXT + 1),), {})])
     except StudentError as error:
         checks.require(error.kind == "ValueError",
                        f"A sequence longer than context_length raised {error.kind}, not ValueError.",

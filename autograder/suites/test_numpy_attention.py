@@ -62,7 +62,7 @@ def test_matches_torch_with_batch_dimensions(student):
 
 
 def test_survives_large_scores(student):
-    Q, K, V = inputs(scale=400.0, seed=4)
+    Q, K, V = inputs(scale=1000.0, seed=4)
     output, weights = A.numpy_attention(student, Q, K, V)
     hint = "Use your stable softmax: large scores overflow np.exp."
     checks.finite(weights, "The weights for large scores", hint)
