@@ -16,7 +16,8 @@ class Feedback(AssertionError):
 
     def __init__(self, observed, hint=""):
         self.observed, self.hint = observed, hint
-        super().__init__(f"{observed} {hint}".strip())
+        separator = "\n" if "\n" in observed else " "  # after a traceback, the hint gets its own line
+        super().__init__(f"{observed}{separator}{hint}".strip())
 
 
 # Tolerances, stated once.  float64 inputs let the grader demand near bit-level agreement with the

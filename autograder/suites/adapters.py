@@ -30,7 +30,7 @@ def crash_hint(hint):
     except StudentError as error:
         if error.kind == "NotImplementedError":
             raise
-        raise Feedback(student_message(error), hint) from None
+        raise Feedback(student_message(error), f"Likely cause: {hint}") from None
 
 
 def randn(*shape, dtype=torch.float64, seed=0):

@@ -36,7 +36,8 @@ def test_full_forward_matches_causal_attention(student):
 def test_token_by_token_matches_full_attention(student):
     params, x = A.mha_parameters(seed=520), x_of(521)
     checks.close(pieces(student, x, params), A.causal_mha(params, A.H, x)[0],
-                 "The outputs of one token at a time, concatenated", APPEND_HINT)
+                 "The outputs of one token at a time, concatenated",
+                 APPEND_HINT + " A single new token may see every cached position and itself.")
 
 
 def test_prompt_then_tokens(student):
