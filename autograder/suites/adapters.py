@@ -123,6 +123,10 @@ def linear_parameters(shapes, bias=True, dtype=torch.float64, seed=10):
     return params
 
 
+def has_bias(params):
+    return any(name.endswith(".bias") for name in params)
+
+
 def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
     """Random weights for W_q, W_k, W_v, W_o, named as in the student's module."""
     return linear_parameters({name: (d_model, d_model) for name in PROJECTIONS}, bias, dtype, seed)
@@ -160,6 +164,25 @@ def expect_value_error(student, cls, init_args, what, hint):
     raise Feedback(f"{what} was accepted.", hint)
 
 
+def reference_gradients(reference, params, x, upstream):
+    """Gradients of reference(params, x) with respect to x and every parameter, named as in a
+    run_module reply ("x", "W_q.weight", ...); upstream holds one gradient per output."""
+    sources = {"x": x.clone().requires_grad_()}
+    sources.update({name: value.clone().requires_grad_() for name, value in params.items()})
+    outputs = reference({name: sources[name] for name in params}, sources["x"])
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    return dict(zip(sources, torch.autograd.grad(outputs, list(sources.values()), upstream)))
+
+
+def check_gradients(reply, expected, hint):
+    """The student's gradients (input of the first call, then parameters) equal the expected ones."""
+    got = dict(reply["param_grads"], x=reply["input_grads"][0][0])
+    for name, want in expected.items():
+        checks.require(got.get(name) is not None, f"No gradient reaches {name}.",
+                       "Is a projection unused, or is something detached along the way?")
+        checks.close(got[name], want, f"The gradient with respect to {name}", hint)
+
+
 def build_mha(student, d_model=D_MODEL, num_heads=H, bias=True, **options):
     """Construct the student's MultiHeadAttention (nothing else); returns the probe's reply."""
     kwargs = {} if bias is True else {"bias": bias}
@@ -169,7 +192,7 @@ def build_mha(student, d_model=D_MODEL, num_heads=H, bias=True, **options):
 def mha(student, query, key, value, mask=None, *, params, num_heads=H, grad_outputs=None):
     """Run the student's module with the given weights; returns ((output, weights), reply)."""
     kwargs = {} if mask is None else {"mask": mask}
-    bias = any(name.endswith(".bias") for name in params)
+    bias = has_bias(params)
     with crash_hint("Keys and values may be longer than the queries (cross-attention): take each "
                     "tensor's own length when splitting heads."):
         reply = run_module(student, "MultiHeadAttention", (query.shape[-1], num_heads),
@@ -185,7 +208,7 @@ def mha(student, query, key, value, mask=None, *, params, num_heads=H, grad_outp
 def torch_mha(params, num_heads, query, key, value, mask=None):
     """nn.MultiheadAttention with the same weights: the independent reference."""
     d_model = query.shape[-1]
-    bias = "W_q.bias" in params
+    bias = has_bias(params)
     module = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True, dtype=query.dtype)
     with torch.no_grad():
         module.in_proj_weight.copy_(torch.cat([params[f"{n}.weight"] for n in PROJECTIONS[:3]]))
@@ -199,7 +222,7 @@ def torch_mha(params, num_heads, query, key, value, mask=None):
 
 def reference_mha(reference, params, num_heads, dtype=torch.float64):
     d_model = params["W_q.weight"].shape[0]
-    module = reference["MultiHeadAttention"](d_model, num_heads, bias="W_q.bias" in params).to(dtype)
+    module = reference["MultiHeadAttention"](d_model, num_heads, bias=has_bias(params)).to(dtype)
     with torch.no_grad():
         for name, value in params.items():
             module.get_parameter(name).copy_(value)
@@ -253,7 +276,7 @@ def causal_attention_parameters(bias=False, dtype=torch.float64, seed=100):
 def causal_attention(student, inputs, *, params, context=CONTEXT, dropout=0.0, train=False,
                      grad_outputs=None):
     """Run the student's CausalAttention on each input in turn; returns (outputs, reply)."""
-    bias = any(name.endswith(".bias") for name in params)
+    bias = has_bias(params)
     with crash_hint("masked_fill needs a boolean mask of the scores' shape: make the buffer boolean and "
                     "slice it to the current length, mask[:T, :T]."):
         reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
@@ -280,7 +303,7 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
                           train=False, grad_outputs=None):
     """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
     d_model = inputs[0].shape[-1]
-    bias = any(name.endswith(".bias") for name in params)
+    bias = has_bias(params)
     with crash_hint("Slice the [context_length, context_length] mask buffer to the current length T "
                     "([:T, :T]) and let it broadcast over batch and heads."):
         reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
@@ -296,15 +319,14 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
 
 # -- train_model -----------------------------------------------------------------------------
 
-def trained_pattern_model(student, reference, num_heads, steps=100, seed=0):
+def trained_pattern_model(student, reference, num_heads, steps=100):
     """Train the notebook's PatternModel with the student's train_model (once per submission);
     returns (losses, a reference PatternModel holding the trained parameters)."""
-    key = ("trained_pattern_model", num_heads, steps, seed)
+    key = ("trained_pattern_model", num_heads, steps)
     if key not in student.memo:
-        inputs, targets = reference["make_pattern_data"](512, seed=1000 + seed)
-        reply = student.module("PatternModel", (num_heads,), {}, train=True, seed=seed,
-                               steps=[{"function": "train_model", "args": [inputs, targets],
-                                       "kwargs": {"steps": steps, "lr": 1e-2}}])
+        inputs, targets = reference["make_pattern_data"](512, seed=1000)
+        reply = run_module(student, "PatternModel", (num_heads,), train=True, dtype=None,
+                           functions=[("train_model", (inputs, targets), {"steps": steps, "lr": 1e-2})])
         model = reference["PatternModel"](num_heads)
         trained = reply["parameters"]
         with torch.no_grad():

@@ -75,11 +75,7 @@ def test_gradients_reach_input_and_parameters(student):
     params, x = A.gqa_parameters(seed=650), x_of(606)
     upstream = [A.randn(A.B, A.SK, A.GQA_D_MODEL, seed=651), A.randn(A.B, A.GQA_HEADS, A.SK, A.SK, seed=652)]
     _, reply = A.gqa(student, x, A.tril(A.SK), params=params, grad_outputs=upstream)
-    sources = {"x": x.clone().requires_grad_()}
-    sources.update({name: value.clone().requires_grad_() for name, value in params.items()})
-    outputs = A.torch_gqa({n: sources[n] for n in params}, A.GQA_HEADS, A.GQA_KV_HEADS, sources["x"], A.tril(A.SK))
-    expected = dict(zip(sources, torch.autograd.grad(list(outputs), list(sources.values()), upstream)))
-    got = dict(reply["param_grads"], x=reply["input_grads"][0][0])
-    for name, want in expected.items():
-        checks.require(got.get(name) is not None, f"No gradient reaches {name}.", "Is something detached?")
-        checks.close(got[name], want, f"The gradient with respect to {name}", GROUP_HINT)
+    expected = A.reference_gradients(
+        lambda weights, inputs: A.torch_gqa(weights, A.GQA_HEADS, A.GQA_KV_HEADS, inputs, A.tril(A.SK)),
+        params, x, upstream)
+    A.check_gradients(reply, expected, GROUP_HINT)
