@@ -47,6 +47,15 @@ MHA_INIT = '''class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 '''
 
+MHA_FORWARD = '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return self.W_o(merge_heads(context)), weights
+'''
+
 CSA_INIT = '''class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
         super().__init__()
@@ -440,21 +449,7 @@ def merge_heads(x):
         context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return self.W_o(merge_heads(context)), weights
 '''),
-    Mistake("mha", "bias flag ignored", "bias=bias", '''class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, num_heads, bias=True):
-        super().__init__()
-        if d_model % num_heads != 0:
-            raise ValueError("d_model must be divisible by num_heads")
-        self.num_heads = num_heads
-        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
-
-    def forward(self, query, key, value, mask=None):
-        q = split_heads(self.W_q(query), self.num_heads)
-        k = split_heads(self.W_k(key), self.num_heads)
-        v = split_heads(self.W_v(value), self.num_heads)
-        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-        return self.W_o(merge_heads(context)), weights
-'''),
+    Mistake("mha", "bias flag ignored", "bias=bias", MHA_INIT.replace("bias=bias", "bias=True") + MHA_FORWARD),
     Mistake("mha", "assumes keys as long as queries", "own length", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         B, S, D = query.shape
@@ -464,22 +459,10 @@ def merge_heads(x):
         context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return self.W_o(merge_heads(context)), weights
 '''),
-    Mistake("mha", "no check of divisibility", "ValueError", '''class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, num_heads, bias=True):
-        super().__init__()
-        self.num_heads = num_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
-
-    def forward(self, query, key, value, mask=None):
-        q = split_heads(self.W_q(query), self.num_heads)
-        k = split_heads(self.W_k(key), self.num_heads)
-        v = split_heads(self.W_v(value), self.num_heads)
-        context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-        return self.W_o(merge_heads(context)), weights
-'''),
+    Mistake("mha", "no check of divisibility", "ValueError", MHA_INIT.replace(
+        '''        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+''', "") + MHA_FORWARD),
     Mistake("mha", "heads merged without a transpose", "merge", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads)
