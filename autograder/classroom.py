@@ -1,37 +1,62 @@
-"""Grade a whole class in nbgrader's layout: <submitted>/<student>/<assignment>/<notebook>.ipynb."""
+"""Grade a whole class in nbgrader's layout: <submitted>/<student>/<assignment>/<notebook>.ipynb.
 
+    find_submissions -> select (students, assignments, shard, what changed) -> grade in parallel
+    (one warm grading process per job, results on disk as each submission is done) -> publish
+    (grades.csv, the wide export and nbgrader's gradebook, always for every graded submission)
+
+A submission whose notebooks, hidden suites, reference solutions, grader and course.yml are
+unchanged since it was graded is not graded again unless forced; so after a crash or Ctrl-C the
+same command grades only what is missing.
+"""
+
+import csv
+import fnmatch
+import hashlib
+import io
 import logging
-import time
+import multiprocessing
+import os
+import signal
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.grading import grade_notebook
-from autograder.results import SubmissionResult, not_graded
+from autograder.course import CourseError
+from autograder.layout import Layout
+from autograder.results import SubmissionResult, from_record, not_graded, write_atomic, write_csv
 
 log = logging.getLogger("autograder")
 
 
-def grade_submission(course, assignment, folder, student="student"):
-    """Grade every notebook of an assignment found in `folder`."""
-    started = time.monotonic()
-    result = SubmissionResult(student, assignment.id)
-    for notebook in assignment.notebooks:
-        path = Path(folder) / notebook.filename
-        if not path.exists():
-            result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
-            continue
-        result.notebooks.append(grade_notebook(course, assignment, notebook, path))
-    result.seconds = time.monotonic() - started
-    return result
+@dataclass(frozen=True)
+class Task:
+    student: str
+    assignment: str
+    folder: str
+    fingerprint: str = ""
+
+    @property
+    def key(self):
+        return f"{self.student}/{self.assignment}"
 
 
 def find_submissions(course, submitted, assignment_ids=None):
     """(student, assignment, folder) for every submission folder, sorted."""
     known = {assignment.id for assignment in course.assignments}
     found = []
-    for student_dir in sorted(Path(submitted).iterdir()):
+    try:
+        student_dirs = sorted(Path(submitted).iterdir())
+    except OSError as error:
+        raise CourseError(f"cannot read {submitted}: {error.strerror}") from None
+    for student_dir in student_dirs:
         if not student_dir.is_dir() or student_dir.name.startswith("."):
             continue
-        for folder in sorted(student_dir.iterdir()):
+        try:
+            folders = sorted(student_dir.iterdir())
+        except OSError as error:
+            log.warning("skipping %s: %s", student_dir, error.strerror)
+            continue
+        for folder in folders:
             if not folder.is_dir():
                 continue
             if folder.name not in known:
@@ -51,6 +76,205 @@ def find_submissions(course, submitted, assignment_ids=None):
     return sorted(found, key=lambda entry: (entry[0], entry[1].id))
 
 
+def in_shard(task, shard):
+    """shard = (k, n), 1-based: a deterministic 1/n of the submissions, by a hash of their key."""
+    if shard is None:
+        return True
+    k, n = shard
+    return int(hashlib.sha256(task.key.encode()).hexdigest(), 16) % n == k - 1
+
+
+def _hash_files(digest, paths):
+    for path in paths:
+        digest.update(str(path).encode())
+        try:
+            digest.update(Path(path).read_bytes())
+        except OSError:
+            digest.update(b"<missing>")
+
+
+def course_fingerprint(course, assignment):
+    """What grading an assignment depends on, besides the submission itself."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    _hash_files(digest, sorted(package.rglob("*.py")) + [course.root / "course.yml"])
+    for notebook in assignment.notebooks:
+        _hash_files(digest, [course.source_notebook(assignment, notebook),
+                             course.release_notebook(assignment, notebook)])
+    return digest.hexdigest()
+
+
+def fingerprint(course_part, assignment, folder):
+    digest = hashlib.sha256(course_part.encode())
+    _hash_files(digest, [Path(folder) / notebook.filename for notebook in assignment.notebooks])
+    return digest.hexdigest()[:32]
+
+
+def select_tasks(course, submitted, layout, *, assignments=None, students=None, shard=None, force=False):
+    """All tasks selected by the filters, and those among them that need grading."""
+    parts = {}
+    tasks = []
+    for student, assignment, folder in find_submissions(course, submitted, assignments):
+        if students and not any(fnmatch.fnmatchcase(student, pattern) for pattern in students):
+            continue
+        if assignment.id not in parts:
+            parts[assignment.id] = course_fingerprint(course, assignment)
+        task = Task(student, assignment.id, str(folder), fingerprint(parts[assignment.id], assignment, folder))
+        if in_shard(task, shard):
+            tasks.append(task)
+    pending = []
+    for task in tasks:
+        record = None if force else layout.read_record(task.student, task.assignment)
+        if record is None or record.get("fingerprint") != task.fingerprint:
+            pending.append(task)
+    return tasks, pending
+
+
+# -- grading: in this process, or one warm grading process per job ----------------------------
+
+def _grade_tasks(course, layout, tasks, report):
+    """Grade tasks one after another in this process; report(event, task) after each."""
+    from autograder.grading import open_grader
+
+    def body(grader):
+        for task in tasks:
+            report("start", task)
+            result = grader.grade_submission(course.assignment(task.assignment), task.folder, task.student)
+            layout.save(result, fingerprint=task.fingerprint)
+            report("done", task)
+    open_grader(course, body)
+
+
+def _work(course_path, out, tasks, events):
+    """The body of one grading process: pull tasks until the queue says stop."""
+    from autograder.course import load_course
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    course, layout = load_course(course_path), Layout(out)
+    logging.basicConfig(filename=layout.log, level=logging.INFO)
+    try:
+        _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)))
+    except BaseException as error:  # noqa: B902 - reported to the main process, which decides
+        events.put(("failed", f"{type(error).__name__}: {error}"))
+        raise SystemExit(1) from None
+    events.put(("exit", None))
+
+
+def _parallel(course, layout, pending, jobs, on_done):
+    context = multiprocessing.get_context("spawn")
+    tasks, events = context.Queue(), context.Queue()
+    for task in pending:
+        tasks.put(task)
+    workers = [context.Process(target=_work, args=(str(course.root / "course.yml"), str(layout.out), tasks, events),
+                               daemon=True) for _ in range(min(jobs, len(pending)))]
+    for worker in workers:
+        tasks.put(None)
+        worker.start()
+    running = {}   # worker index -> task, unknown: tasks in flight are matched by key
+    remaining = {task.key for task in pending}
+    exited = 0
+    try:
+        while remaining and exited < len(workers):
+            try:
+                event, payload = events.get(timeout=5)
+            except Exception:  # queue.Empty: check that the workers still live
+                if not any(worker.is_alive() for worker in workers):
+                    break
+                continue
+            if event == "start":
+                running[payload.key] = payload
+            elif event == "done":
+                running.pop(payload.key, None)
+                remaining.discard(payload.key)
+                on_done(payload)
+            elif event == "failed":
+                raise CourseError(f"a grading process failed: {payload}")
+            elif event == "exit":
+                exited += 1
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join(timeout=10)
+    # A grading process that died mid-submission leaves that submission ungraded, with a reason.
+    for task in running.values():
+        if task.key in remaining:
+            lost = SubmissionResult(task.student, task.assignment,
+                                    [not_graded(nb, "the grading process stopped on this submission")
+                                     for nb in course.assignment(task.assignment).notebooks])
+            layout.save(lost, fingerprint="")
+            remaining.discard(task.key)
+            on_done(task)
+
+
+def run(course, layout, pending, jobs, on_done):
+    if jobs <= 1 or len(pending) <= 1:
+        _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
+    else:
+        _parallel(course, layout, pending, jobs, on_done)
+
+
+# -- publishing: everything below is made from the records on disk ----------------------------
+
+def wide_rows(course, results):
+    """One row per student: a column per assignment, total and percentage."""
+    assignments = [a for a in course.assignments if any(r.assignment == a.id for r in results)]
+    scores = {(r.student, r.assignment): r.score for r in results}
+    possible = sum(a.max_score for a in assignments)
+    rows = []
+    for student in sorted({r.student for r in results}):
+        row = {"student": student}
+        for assignment in assignments:
+            row[assignment.id] = f"{scores.get((student, assignment.id), 0.0):g}"
+        total = sum(scores.get((student, a.id), 0.0) for a in assignments)
+        row["total"] = f"{total:g}"
+        row["max_total"] = f"{possible:g}"
+        row["percent"] = f"{100 * total / possible:.1f}" if possible else "0.0"
+        rows.append(row)
+    return rows, ["student", *[a.id for a in assignments], "total", "max_total", "percent"]
+
+
+def publish(course, layout):
+    """grades.csv and grades_wide.csv for every graded submission in `layout`."""
+    results = layout.graded()
+    write_csv(results, layout.grades_csv)
+    rows, fields = wide_rows(course, results)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(layout.wide_csv, buffer.getvalue())
+    return results
+
+
+def changes(before, results):
+    """Lines saying whose scores changed, from what to what."""
+    lines = []
+    for result in results:
+        key = (result.student, result.assignment)
+        if key in before and before[key] != result.score:
+            lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.score:g}")
+        elif key not in before:
+            continue
+    return lines
+
+
+def previous_scores(layout, tasks):
+    scores = {}
+    for task in tasks:
+        record = layout.read_record(task.student, task.assignment)
+        if record is not None:
+            scores[(task.student, task.assignment)] = from_record(record).score
+    return scores
+
+
+def default_jobs():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def summary_table(results):
     rows = [("student", "assignment", "score", "status", "seconds")]
     for result in results:
@@ -63,3 +287,23 @@ def summary_table(results):
         if index == 0:
             lines.append("-" * (sum(widths) + 2 * len(widths) + 7))
     return "\n".join(lines)
+
+
+def progress(total, stream=None):
+    """A callback for each graded submission: a tqdm bar on a terminal, one line each otherwise."""
+    stream = stream or sys.stderr
+    if stream.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="submission", file=stream, dynamic_ncols=True)
+
+        def update(task, result):
+            bar.set_postfix_str(task.key, refresh=False)
+            bar.update(1)
+        update.close = bar.close
+        return update
+
+    def line(task, result):
+        print(f"graded {task.key}: {result.score:g} / {result.max_score:g}"
+              + (f"  ({result.reason})" if result.reason else ""), flush=True)
+    line.close = lambda: None
+    return line

@@ -1,6 +1,6 @@
 """course.yml: the one place that declares assignments, notebooks, exercises, points and limits."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -64,6 +64,7 @@ class Course:
     name: str
     assignments: list
     root: Path = ROOT
+    limits: Limits = field(default_factory=Limits)
 
     def assignment(self, assignment_id):
         for assignment in self.assignments:
@@ -79,11 +80,20 @@ class Course:
         return self.root / "exercises" / assignment.id / notebook.filename
 
 
+SANDBOX_MODES = ("bwrap", "none")
+
+
 def _limits(base, overrides, where):
+    if not isinstance(overrides, dict):
+        raise CourseError(f"{where}: limits must be a mapping")
     unknown = set(overrides) - set(Limits.__dataclass_fields__)
     if unknown:
         raise CourseError(f"{where}: unknown limit(s) {sorted(unknown)}")
-    return replace(base, **overrides)
+    limits = replace(base, **overrides)
+    if limits.sandbox not in SANDBOX_MODES:
+        raise CourseError(f"{where}: sandbox must be one of {', '.join(SANDBOX_MODES)}, "
+                          f"not {limits.sandbox!r}")
+    return limits
 
 
 def _exercise(raw, where):
@@ -120,4 +130,5 @@ def load_course(path=None):
     ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
     if len(ids) != len(set(ids)):
         raise CourseError("exercise ids must be unique across the course")
-    return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent)
+    return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
+                  limits=default_limits)

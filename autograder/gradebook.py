@@ -1,9 +1,11 @@
 """Record scores in nbgrader's gradebook through nbgrader's own API.
 
 Each exercise is one autograded cell (check_<exercise id>) in nbgrader's model, worth the
-exercise's points; so `nbgrader export` and formgrader see the same totals as the CSV.
+exercise's points; so `nbgrader export` and formgrader see the same totals as the CSV.  Only the
+automatic score is written: a manual score or comment an instructor set in formgrader stays.
 """
 
+import contextlib
 import warnings
 
 from nbgrader.api import Gradebook, MissingEntry
@@ -20,13 +22,18 @@ def ensure_assignment(gradebook, assignment):
                                                   max_score=exercise.max_score, cell_type="code")
 
 
-def record(db_url, course, results):
+@contextlib.contextmanager
+def opened(db_url, course):
+    """The gradebook, with a function that records one SubmissionResult."""
     with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
         # nbgrader's add_submission trips SQLAlchemy's autoflush warnings; they are harmless.
         warnings.simplefilter("ignore", SAWarning)
-        for assignment in {result.assignment for result in results}:
-            ensure_assignment(gradebook, course.assignment(assignment))
-        for result in results:
+        ready = set()
+
+        def record(result):
+            if result.assignment not in ready:
+                ensure_assignment(gradebook, course.assignment(result.assignment))
+                ready.add(result.assignment)
             gradebook.update_or_create_student(result.student)
             try:
                 gradebook.find_submission(result.assignment, result.student)
@@ -40,5 +47,11 @@ def record(db_url, course, results):
             for (notebook, cell), score in per_cell.items():
                 grade = gradebook.find_grade(cell, notebook, result.assignment, result.student)
                 grade.auto_score = score
-                grade.manual_score = None
             gradebook.db.commit()
+        yield record
+
+
+def record(db_url, course, results):
+    with opened(db_url, course) as record_one:
+        for result in results:
+            record_one(result)

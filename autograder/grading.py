@@ -1,94 +1,88 @@
-"""Grade one submitted notebook: load it, run its code in its own process, run the hidden suites.
+"""Grade submissions, one notebook at a time, as a list of small steps (like nbgrader's autograde):
 
-The steps, each small: read and merge the notebook (submission.py) -> start the student process
-and run the cells (student.py) -> run the hidden pytest suites here, in the trusted process
-(harness/plugin.py) -> apply course rules (from-scratch exercises) -> one result per test.
+  1. read the notebook and merge it with the instructor's release copy   (submission.py)
+  2. check that it belongs to the assignment                             (submission.py)
+  3. fork a child of the warm worker and run the cells there             (student.py)
+  4. run the hidden suites here, in the trusted process                  (harness/plugin.py)
+  5. apply the course's rules (from-scratch exercises)                   (rules.py)
+  6. score, as a pure function of what was observed                     (scoring.py)
+
+A `Grader` lives in one process and stays warm: one sandboxed worker that has imported torch, the
+suites collected once, the reference solutions loaded once.  `open_grader` builds one.
 """
 
-import ast
 import logging
+import time
+from pathlib import Path
 
-from autograder.harness.plugin import SuitePlugin, run_suites
+from autograder import rules
+from autograder.harness.context import Student
+from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
-from autograder.results import NotebookResult, TestResult, not_graded
-from autograder.student import StudentFailure, StudentProcess
-from autograder.submission import SubmissionError, load_program
+from autograder.results import SubmissionResult, not_graded
+from autograder.scoring import score_notebook
+from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
+from autograder.submission import SubmissionError, check_belongs, load_program
 
 log = logging.getLogger("autograder")
 
-BUILTIN_ATTENTION = {"scaled_dot_product_attention", "multi_head_attention_forward",
-                     "MultiheadAttention", "_scaled_dot_product_attention_math"}
+
+class Grader:
+    def __init__(self, course, worker, suites):
+        self.course, self.worker, self.suites = course, worker, suites
+
+    def grade_submission(self, assignment, folder, student="student", notebooks=None):
+        """Grade every notebook of an assignment found in `folder` (or the given paths)."""
+        started = time.monotonic()
+        result = SubmissionResult(student, assignment.id)
+        for notebook in assignment.notebooks:
+            path = (notebooks or {}).get(notebook.name) or Path(folder) / notebook.filename
+            if not path.exists():
+                result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
+                continue
+            result.notebooks.append(self.grade_notebook(assignment, notebook, path))
+        result.seconds = time.monotonic() - started
+        return result
+
+    def grade_notebook(self, assignment, notebook, path):
+        try:
+            return self._grade_notebook(assignment, notebook, path)
+        except WorkerError as error:
+            log.error("worker failure while grading %s: %s", path, error)
+            return not_graded(notebook, f"the grader's sandbox failed ({error}); grade it again")
+        except Exception:  # one submission never costs the run: the instructor gets the traceback
+            log.exception("internal error while grading %s", path)
+            return not_graded(notebook, "the grader failed on this notebook (see grader.log)")
+
+    def _grade_notebook(self, assignment, notebook, path):
+        instructor = self.course.release_notebook(assignment, notebook)
+        try:
+            program = load_program(path, instructor)                                   # 1
+            check_belongs(program, notebook, self.course)                             # 2
+        except SubmissionError as error:
+            return not_graded(notebook, str(error))
+        process = StudentProcess(self.worker, program.cells, assignment.limits)
+        try:
+            try:
+                process.start()                                                       # 3
+            except StudentFailure as error:
+                return not_graded(notebook, f"the notebook could not be run: {error}")
+            student = Student(process, [e.id for e in notebook.exercises if e.from_scratch])
+            reference = reference_namespace(self.course.source_notebook(assignment, notebook))
+            outcomes = self.suites.run(notebook.exercises, student, reference)        # 4
+        finally:
+            process.close()
+        for internal in self.suites.internal_errors:
+            log.error("grader error while grading %s:\n%s", path, internal)
+        broken = rules.broken_rules(notebook.exercises, student)                      # 5
+        return score_notebook(notebook, outcomes, process.cell_reports, broken)      # 6
 
 
-def uses_builtin_attention(source):
-    """True when the answer's own code refers to torch's built-in attention."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in BUILTIN_ATTENTION:
-            return True
-        if isinstance(node, ast.ImportFrom) and any(a.name in BUILTIN_ATTENTION for a in node.names):
-            return True
-    return False
-
-
-def _cell_notes(process):
-    notes = {}
-    for report in process.cell_reports or []:
-        if report.status == "ok":
-            continue
-        where = f"cell {report.label}" if not report.label.isdigit() else f"code cell #{report.label}"
-        if report.status == "syntax":
-            notes[report.label] = f"The {where} has a syntax error, so nothing in it was defined:\n{report.traceback.rstrip()}"
-        elif report.status == "timeout":
-            notes[report.label] = f"The {where} ran out of time and was stopped; what follows it in that cell was not run."
-        else:
-            notes[report.label] = f"The {where} raised an error while the notebook was run:\n{report.traceback.rstrip()}"
-    return notes
-
-
-def grade_notebook(course, assignment, notebook, path):
-    exercises = list(notebook.exercises)
-    instructor = course.release_notebook(assignment, notebook)
-    try:
-        program = load_program(path, instructor)
-    except SubmissionError as error:
-        return not_graded(notebook, str(error))
-
-    process = StudentProcess(program.cells, assignment.limits)
-    try:
-        process.start()
-    except StudentFailure as error:
-        process.kill()
-        return not_graded(notebook, f"the notebook could not be run: {error}")
-    try:
-        plugin = SuitePlugin(process, reference_namespace(course.source_notebook(assignment, notebook)),
-                             {exercise.suite.resolve(): exercise for exercise in exercises})
-        run_suites([exercise.suite for exercise in exercises], plugin)
-    finally:
-        process.close()
-    for internal in plugin.internal_errors:
-        log.error("grader error while grading %s:\n%s", path, internal)
-
-    notes = _cell_notes(process)
-    results = []
-    for exercise in exercises:
-        from_scratch_broken = exercise.from_scratch and (
-            exercise.id in process.builtin_attention_users or uses_builtin_attention(program.answers.get(exercise.id, "")))
-        note = notes.get(exercise.id)
-        for test, points in exercise.points.items():
-            outcome = plugin.outcomes.get((exercise.id, test))
-            if from_scratch_broken:
-                results.append(TestResult(exercise.id, test, 0.0, points,
-                                          "No credit: this exercise must be written from scratch, but "
-                                          "your code calls torch's built-in attention."))
-            elif outcome is None:
-                results.append(TestResult(exercise.id, test, 0.0, points, "This check did not run."))
-            elif outcome.passed:
-                results.append(TestResult(exercise.id, test, points, points))
-            else:
-                output = outcome.message + (f"\n\n{note}" if note else "")
-                results.append(TestResult(exercise.id, test, 0.0, points, output))
-    return NotebookResult(notebook.name, results, notes=list(notes.values()))
+def open_grader(course, body, assignments=None):
+    """Start a warm worker, collect the suites (of the given assignments, or the whole course)
+    while it starts, and call body(grader)."""
+    with Worker(course.limits) as worker:
+        worker.start()
+        exercises = [exercise for assignment in course.assignments for exercise in assignment.exercises
+                     if assignments is None or assignment.id in assignments]
+        return with_suites(exercises, lambda suites: body(Grader(course, worker, suites)))

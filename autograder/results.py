@@ -1,8 +1,11 @@
 """What a graded submission becomes: Gradescope's results.json, a CSV row, feedback text."""
 
 import csv
+import io
 import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "reason"]
 
@@ -70,14 +73,17 @@ class SubmissionResult(Scored):
     def status(self):
         return "not graded" if self.reason else "graded"
 
-    def gradescope(self):
+    def gradescope(self, visibility="visible"):
         """The shape Gradescope reads from results.json."""
         return {
             "score": round(self.score, 4),
             "max_score": round(self.max_score, 4),
+            "execution_time": round(self.seconds, 3),
             "output": self.reason or f"{self.score:g} / {self.max_score:g} points",
+            "stdout_visibility": "hidden",
             "tests": [{"name": test.name, "score": round(test.score, 4), "max_score": test.max_score,
-                       "output": test.output, "visibility": "visible"} for test in self.tests],
+                       "status": "passed" if test.score >= test.max_score else "failed",
+                       "output": test.output, "visibility": visibility} for test in self.tests],
         }
 
     def csv_row(self):
@@ -102,15 +108,44 @@ class SubmissionResult(Scored):
         return "\n".join(lines)
 
 
-def write_json(result, path):
+def write_atomic(path, text):
+    """Write a file so that a crash leaves either the old content or the new, never half."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.gradescope(), indent=2))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def write_json(result, path):
+    write_atomic(path, json.dumps(result.gradescope(), indent=2))
+
+
+def csv_text(results):
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for result in results:
+        writer.writerow(result.csv_row())
+    return buffer.getvalue()
 
 
 def write_csv(results, path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for result in results:
-            writer.writerow(result.csv_row())
+    write_atomic(path, csv_text(results))
+
+
+# -- the record of a graded submission on disk (grade.json): what every other output is made from
+
+def to_record(result, **extra):
+    return {"student": result.student, "assignment": result.assignment,
+            "execution_time": round(result.seconds, 3), **extra,
+            "notebooks": [{"notebook": nb.notebook, "reason": nb.reason, "notes": nb.notes,
+                           "tests": [vars(test) for test in nb.tests]} for nb in result.notebooks]}
+
+
+def from_record(record):
+    result = SubmissionResult(record["student"], record["assignment"], seconds=record.get("execution_time", 0.0))
+    for nb in record["notebooks"]:
+        result.notebooks.append(NotebookResult(nb["notebook"], [TestResult(**test) for test in nb["tests"]],
+                                               reason=nb.get("reason", ""), notes=nb.get("notes", [])))
+    return result

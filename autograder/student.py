@@ -1,34 +1,43 @@
-"""The grader's handle on one submission's process: start it, load the notebook, make calls.
+"""The grader's handle on student code: a warm worker in the sandbox, and one child per submission.
 
-Every request has a deadline.  A call that misses it gets the process killed; the next request
-starts a fresh process (the notebook is loaded again, minus cells that hung), and later calls to the
-function that hung fail at once.  So an infinite loop costs the tests of the function that loops,
-and grading a submission takes bounded time.
+`Worker` starts the sandboxed warm worker once (it imports torch and friends, then waits) and asks
+it to fork a fresh child for every submission.  `StudentProcess` is one submission's child: it
+carries requests and replies on a pair of pipes, and nothing else.
+
+Every request has a deadline, and a submission has a total time budget.  A call that misses its
+deadline gets the child killed; the next request forks a fresh child (the notebook is loaded
+again, minus cells that hung), and later calls to the function that hung fail at once.  Once the
+budget is spent, every remaining request fails at once.  So an infinite loop costs the tests of
+the function that loops, and grading a submission takes bounded time.
+
+Every reply is checked against the shape its request expects before anything uses it (replies.py);
+a malformed reply costs that request, never the grader.
 """
 
-import functools
+import json
 import os
-import resource
-import shutil
-import signal
+import select
+import socket
 import subprocess
-import sys
+import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from autograder.sandbox import protocol
+from autograder import replies
+from autograder.sandbox import jail, protocol
 
-SANDBOX_DIR = Path(__file__).resolve().parent / "sandbox"
+START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
+CONTROL_TIMEOUT = 30
 
 
 @dataclass
 class Limits:
     cell_timeout: float = 30.0
     call_timeout: float = 10.0
+    time_budget: float = 240.0   # seconds for a whole submission, loading and every call
     memory_mb: int = 4096
     restarts: int = 4
-    sandbox: str = "auto"  # "auto": bubblewrap when it works here; "bwrap"; "none"
+    sandbox: str = "bwrap"       # "bwrap", or "none" to run student code without the sandbox
 
 
 class StudentFailure(Exception):
@@ -51,10 +60,14 @@ class StudentCrash(StudentFailure):
     pass
 
 
+class WorkerError(Exception):
+    """The warm worker could not be started or stopped answering (the grader's problem)."""
+
+
 @dataclass
 class CellReport:
     label: str
-    status: str  # ok | syntax | error | timeout | skipped
+    status: str  # ok | syntax | error | timeout
     message: str = ""
     traceback: str = ""
 
@@ -65,60 +78,134 @@ class Cell:
     source: str
 
 
-@functools.lru_cache(maxsize=None)
-def bubblewrap_works():
-    if not shutil.which("bwrap"):
-        return False
-    probe = subprocess.run(sandbox_prefix() + ["/bin/true"], capture_output=True, timeout=30)
-    return probe.returncode == 0
+class Worker:
+    """The warm worker: started once in the sandbox, forks one child per submission."""
 
+    def __init__(self, limits):
+        self.limits = limits
+        self.process = None
+        self.control = None
+        self.log = None
+        self.ready = False
 
-def sandbox_prefix():
-    """A bubblewrap command line that shows the student process only the Python installation and
-    the worker: no course files, no other submissions, no network, a private /tmp."""
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp"]
-    for top in ("/usr", "/bin", "/lib", "/lib64", "/etc"):
-        if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
-    for prefix in sorted({sys.base_prefix, sys.prefix, os.path.realpath(sys.prefix)}):
-        if not prefix.startswith("/usr/"):
-            args += ["--ro-bind", prefix, prefix]
-    return args + ["--ro-bind", str(SANDBOX_DIR), "/sandbox"]
+    def __enter__(self):
+        return self
 
+    def __exit__(self, *exc):
+        self.close()
 
-def worker_command(limits):
-    if limits.sandbox == "bwrap" or (limits.sandbox == "auto" and bubblewrap_works()):
-        return sandbox_prefix() + [sys.executable, "-E", "-s", "-B", "/sandbox/worker.py"]
-    return [sys.executable, "-E", "-s", "-B", str(SANDBOX_DIR / "worker.py")]
+    def start(self):
+        """Start the worker (it imports torch while the caller goes on; the first order waits for
+        it); raise jail.SandboxUnavailable when the sandbox cannot be built here."""
+        if self.limits.sandbox != "none":
+            jail.probe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if self.limits.sandbox == "none":
+            command = jail.unsandboxed_command(theirs.fileno())
+        else:
+            command = jail.command(theirs.fileno())
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=self.log, pass_fds=[theirs.fileno()],
+                                        start_new_session=True)
+        theirs.close()
+        self.control = ours
+        self.ready = False
 
+    def _wait_ready(self):
+        try:
+            self._reply(START_TIMEOUT)
+        except WorkerError as error:
+            self.close()
+            raise WorkerError(f"the sandboxed worker did not start: {error}") from None
+        self.ready = True
 
-def _apply_limits(memory_mb):
-    def apply():
-        memory = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-    return apply
+    def _reply(self, timeout):
+        if not select.select([self.control], [], [], timeout)[0]:
+            raise WorkerError("no answer in time")
+        data = self.control.recv(4096)
+        if not data:
+            self.log.seek(0)
+            lines = self.log.read().decode(errors="replace").strip().splitlines()
+            raise WorkerError(lines[-1] if lines else "it exited")
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            raise WorkerError("an unreadable answer") from None
+        if not isinstance(reply, dict):
+            raise WorkerError("an unreadable answer")
+        return reply
+
+    def _order(self, order, fds=()):
+        if self.process is None or self.process.poll() is not None:
+            self.close()
+            self.start()
+        if not self.ready:
+            self._wait_ready()
+        try:
+            socket.send_fds(self.control, [json.dumps(order).encode()], list(fds))
+            return self._reply(CONTROL_TIMEOUT)
+        except (OSError, WorkerError):
+            self.close()  # a worker that stopped answering is replaced on the next order
+            raise WorkerError("the warm worker stopped answering") from None
+
+    def fork(self, memory_mb):
+        """A fresh child for one submission; returns (pid, request fd, reply fd)."""
+        requests_read, requests_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        try:
+            reply = self._order({"op": "fork", "memory_mb": memory_mb},
+                                [requests_read, replies_write])
+        except WorkerError:
+            for fd in (requests_read, requests_write, replies_read, replies_write):
+                os.close(fd)
+            raise
+        finally:
+            if self.control is not None:
+                os.close(requests_read)
+                os.close(replies_write)
+        pid = reply.get("pid")
+        if type(pid) is not int:
+            raise WorkerError("the warm worker did not fork")
+        return pid, requests_write, replies_read
+
+    def end(self, pid):
+        """Kill a child (if it still runs) and empty the scratch space for the next one."""
+        try:
+            self._order({"op": "end", "pid": pid})
+        except WorkerError:
+            pass  # the worker is replaced, and its children die with it
+
+    def close(self):
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.process.wait()
+            self.process = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 class StudentProcess:
-    """One submission's code, running in its own process; use as a context manager."""
+    """One submission's code, in a child of the warm worker; use as a context manager."""
 
-    def __init__(self, cells, limits=None):
+    def __init__(self, worker, cells, limits=None):
+        self.worker = worker
         self.cells = list(cells)
         self.limits = limits or Limits()
-        self.process = None
+        self.pid = self.requests = self.replies = None
         self.cell_reports = None
         self.skip_cells = set()   # cells that hung: not run again after a restart
         self.hung = {}            # name -> message, for functions that hung once
         self.restarts = 0
-        self.current = None                   # label of what is being graded (set by the suites)
-        self.builtin_attention_users = set()  # labels under which torch's attention was called
-        self.memo = {}                        # results the suites reuse within this submission
+        self.started = time.monotonic()
+        self.deadline = self.started + self.limits.time_budget
 
     def __enter__(self):
         self.start()
@@ -127,46 +214,57 @@ class StudentProcess:
     def __exit__(self, *exc):
         self.close()
 
-    # -- process life cycle ------------------------------------------------------------------
-    def _spawn(self):
-        env = {"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
-               "PYTHONHASHSEED": "0", "HOME": "/tmp"}
-        self.process = subprocess.Popen(
-            worker_command(self.limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-            preexec_fn=_apply_limits(self.limits.memory_mb))
+    @property
+    def seconds(self):
+        return time.monotonic() - self.started
 
+    def _budget_left(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise StudentTimeout(f"the submission used up its time budget of {self.limits.time_budget:g} s")
+        return left
+
+    # -- process life cycle ------------------------------------------------------------------
     def start(self):
-        """Start the process and run the notebook's cells; returns the per-cell reports."""
+        """Fork a child and run the notebook's cells; returns the per-cell reports."""
         while True:
-            self._spawn()
+            self._budget_left()
+            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb)
             cells = [{"label": cell.label, "source": "" if i in self.skip_cells else cell.source}
                      for i, cell in enumerate(self.cells)]
-            self._send({"op": "load", "cells": cells, "cell_timeout": self.limits.cell_timeout})
-            # Cells are allowed their time each, plus the start-up of Python and torch.
-            deadline = time.monotonic() + 30 + self.limits.cell_timeout + 1
             current = None
             try:
+                self._send({"op": "load", "cells": cells, "cell_timeout": self.limits.cell_timeout})
+                deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                 while True:
-                    message = protocol.read_message(self.process.stdout.fileno(), deadline)
-                    if isinstance(message, dict) and message.get("event") == "cell":
-                        current = message["index"]
-                        deadline = time.monotonic() + self.limits.cell_timeout + 2
+                    message = protocol.decode(protocol.read_message(self.replies, deadline))
+                    event = replies.cell_event(message, len(cells))
+                    if event is not None:
+                        current = event
+                        deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                         continue
-                    reply = self._unwrap(protocol.decode(message))
+                    reply = replies.load(self._unwrap(message), len(cells))
                     break
-            except (protocol.Timeout, EOFError, protocol.ProtocolError) as problem:
+            except (protocol.Timeout, EOFError, OSError, protocol.ProtocolError) as problem:
                 self.kill()
+                if time.monotonic() >= self.deadline:
+                    self._mark_unrun(current)
+                    return self.cell_reports
                 if current is None or self.restarts >= self.limits.restarts:
-                    raise StudentCrash(f"the notebook could not be loaded ({_describe(problem)})")
+                    raise StudentCrash(f"the notebook could not be loaded ({_describe(problem)})") from None
                 self.restarts += 1
                 self.skip_cells.add(current)
                 continue
-            self.cell_reports = self._reports(reply["cells"])
+            self.cell_reports = self._reports(reply)
             # A cell that used up its time once is not run again if the process is restarted.
             self.skip_cells.update(i for i, report in enumerate(self.cell_reports)
                                    if report.status == "timeout")
             return self.cell_reports
+
+    def _mark_unrun(self, current):
+        """The budget ran out while loading: the cell running then and every later one are charged."""
+        spent = f"not run: the submission used up its time budget of {self.limits.time_budget:g} s"
+        self.cell_reports = [CellReport(cell.label, "timeout", spent) for cell in self.cells]
 
     def _reports(self, results):
         reports = []
@@ -174,24 +272,20 @@ class StudentProcess:
             if index in self.skip_cells:
                 reports.append(CellReport(cell.label, "timeout", "ran out of time and was stopped"))
             else:
-                reports.append(CellReport(cell.label, result["status"], result.get("message", ""),
-                                          result.get("traceback", "")))
+                reports.append(CellReport(cell.label, result["status"], result["message"],
+                                          result["traceback"]))
         return reports
 
     def kill(self):
-        if self.process is None:
+        if self.pid is None:
             return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            stream.close()
-        self.process = None
+        for fd in (self.requests, self.replies):
+            os.close(fd)
+        self.worker.end(self.pid)
+        self.pid = self.requests = self.replies = None
 
     def close(self):
-        if self.process is not None and self.process.poll() is None:
+        if self.pid is not None:
             try:
                 self._send({"op": "exit"})
             except OSError:
@@ -200,34 +294,37 @@ class StudentProcess:
 
     # -- requests ------------------------------------------------------------------------------
     def _send(self, message):
-        protocol.write_message(self.process.stdin.fileno(), protocol.encode(message))
+        protocol.write_message(self.requests, protocol.encode(message))
 
     @staticmethod
     def _unwrap(reply):
-        if not isinstance(reply, dict) or "ok" not in reply:
-            raise protocol.ProtocolError("malformed reply")
-        if reply["ok"]:
-            return reply["value"]
-        error = reply.get("error") or {}
-        if error.get("type") == "Timeout":
+        value, error = replies.envelope(reply)
+        if error is None:
+            return value
+        if error["type"] == "Timeout":
             raise StudentTimeout("ran out of time")
-        raise StudentError(str(error.get("type", "Error")), str(error.get("message", "")),
-                           str(error.get("traceback", "")))
+        raise StudentError(error["type"], error["message"], error["traceback"])
 
-    def request(self, key, message, timeout):
-        """Send one request; `key` names what it exercises, so a hang is charged to it alone."""
+    def request(self, key, message, check):
+        """Send one request; `key` names what it exercises, so a hang is charged to it alone;
+        `check` validates the reply's value (see replies.py)."""
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
-        if self.process is None:
+        timeout = min(self.limits.call_timeout, self._budget_left())
+        if self.pid is None:
             if self.restarts >= self.limits.restarts:
                 raise StudentCrash("the notebook's process stopped too often to go on")
             self.restarts += 1
             self.start()
-        self._send({**message, "timeout": timeout})
+            timeout = min(self.limits.call_timeout, self._budget_left())
         try:
-            reply = protocol.read_message(self.process.stdout.fileno(), time.monotonic() + timeout + 1)
+            self._send({**message, "timeout": timeout})
+            reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
         except protocol.Timeout:
             self.kill()
+            if time.monotonic() >= self.deadline:
+                raise StudentTimeout(f"the submission used up its time budget of "
+                                     f"{self.limits.time_budget:g} s") from None
             self.hung[key] = f"{key} did not finish within {timeout:g} s (an infinite loop?)"
             raise StudentTimeout(self.hung[key]) from None
         except (EOFError, OSError):
@@ -238,34 +335,13 @@ class StudentProcess:
             self.kill()
             raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
         try:
-            value = self._unwrap(protocol.decode(reply))
+            return check(self._unwrap(protocol.decode(reply)))
         except StudentTimeout:
             self.hung[key] = f"{key} did not finish within {timeout:g} s (an infinite loop?)"
             raise StudentTimeout(self.hung[key]) from None
         except protocol.ProtocolError as problem:
+            self.kill()  # a process that sends malformed replies is not trusted to go on
             raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
-        if isinstance(value, dict) and value.get("used_builtin_attention"):
-            self.builtin_attention_users.add(self.current)
-        return value
-
-    def names(self, names):
-        return self.request("names", {"op": "names", "names": list(names)}, self.limits.call_timeout)
-
-    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, **kwargs):
-        return self.request(name, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs,
-                                   "grad": grad, "grad_outputs": list(grad_outputs), "seed": seed,
-                                   "echo_args": echo_args},
-                            self.limits.call_timeout)
-
-    def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
-               train=False, grad=False, grad_outputs=(), attributes=(), seed=0):
-        message = {"op": "module", "cls": cls, "init_args": list(init_args),
-                   "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
-                   "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
-                   "attributes": list(attributes), "seed": seed}
-        # A hang inside a notebook function that was handed the module is charged to that function.
-        functions = [step["function"] for step in steps if step.get("function")]
-        return self.request(functions[-1] if functions else cls, message, self.limits.call_timeout)
 
 
 def _describe(problem):

@@ -16,7 +16,8 @@ import nbformat
 
 from autograder.student import Cell
 
-MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_FILE_BYTES = 512 * 1024 * 1024   # what is read at all (outputs included)
+MAX_CODE_BYTES = 20 * 1024 * 1024    # what is run: the cells' sources, once outputs are dropped
 
 
 class SubmissionError(Exception):
@@ -27,10 +28,13 @@ class SubmissionError(Exception):
 class Program:
     cells: list                                  # Cells to run, in order
     answers: dict = field(default_factory=dict)  # exercise id -> the student's answer source
+    grade_ids: set = field(default_factory=set)  # every nbgrader cell id found in the submission
 
 
 def _nbgrader(cell):
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    metadata = cell.get("metadata")
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    return nbgrader if isinstance(nbgrader, dict) else {}
 
 
 DEMO_PREFIX = "demo_"
@@ -56,23 +60,34 @@ def read_notebook(path):
         raise SubmissionError(f"{path.name} is missing or unreadable") from None
     if size == 0:
         raise SubmissionError(f"{path.name} is empty")
-    if size > MAX_NOTEBOOK_BYTES:
+    if size > MAX_FILE_BYTES:
         raise SubmissionError(f"{path.name} is {size / 2**20:.0f} MB, over the "
-                              f"{MAX_NOTEBOOK_BYTES // 2**20} MB limit")
+                              f"{MAX_FILE_BYTES // 2**20} MB limit for a notebook file")
     try:
         notebook = nbformat.read(str(path), as_version=4)
     except Exception as error:  # nbformat raises many types for broken files
         kind = "not JSON" if "JSON" in type(error).__name__ or "json" in str(error).lower() \
             else type(error).__name__
         raise SubmissionError(f"{path.name} is not a readable notebook ({kind})") from None
-    if not isinstance(notebook.get("cells"), list):
-        raise SubmissionError(f"{path.name} is not a readable notebook (no cells)")
+    if not isinstance(notebook.get("cells"), list) or \
+            not all(isinstance(cell, dict) for cell in notebook["cells"]):
+        raise SubmissionError(f"{path.name} is not a readable notebook (no list of cells)")
+    # Outputs and attachments are never read: they are dropped before any size check.
+    for cell in notebook["cells"]:
+        cell.pop("outputs", None)
+        cell.pop("attachments", None)
+    code = sum(len(_source(cell).encode("utf-8", "replace")) for cell in notebook["cells"])
+    if code > MAX_CODE_BYTES:
+        raise SubmissionError(f"{path.name} holds {code / 2**20:.0f} MB of code, over the "
+                              f"{MAX_CODE_BYTES // 2**20} MB limit")
     return notebook
 
 
 def _source(cell):
+    """The cell's code; lone surrogates (valid JSON, not valid UTF-8) become U+FFFD."""
     source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)
+    source = "".join(map(str, source)) if isinstance(source, list) else str(source)
+    return source.encode("utf-8", "replace").decode("utf-8")
 
 
 def build_program(submitted, instructor):
@@ -86,10 +101,12 @@ def build_program(submitted, instructor):
     emitted = []  # (instructor index or None, Cell)
     seen = set()
     answers = {}
+    grade_ids = {str(_nbgrader(cell).get("grade_id")) for cell in submitted.cells if _nbgrader(cell).get("grade_id")}
     for position, cell in enumerate(submitted.cells):
         if cell.get("cell_type") != "code":
             continue
         grade_id = _nbgrader(cell).get("grade_id")
+        grade_id = grade_id if isinstance(grade_id, str) else None
         known = reference.get(grade_id) if grade_id not in seen else None
         if known is None:
             # A cell the student added (or an ordinary demo cell): it runs as written.
@@ -112,8 +129,21 @@ def build_program(submitted, instructor):
             at = max((i for i, (where, _) in enumerate(emitted) if where is not None and where < index),
                      default=-1)
             emitted.insert(at + 1, (index, Cell(grade_id, _source(original))))
-    return Program(cells=[cell for _, cell in emitted if cell is not None], answers=answers)
+    return Program(cells=[cell for _, cell in emitted if cell is not None], answers=answers,
+                   grade_ids=grade_ids)
 
 
 def load_program(path, instructor_path):
     return build_program(read_notebook(path), read_notebook(instructor_path))
+
+
+def check_belongs(program, notebook, course):
+    """A notebook without any of its assignment's answer cells (by nbgrader cell id) is another
+    notebook: refuse it, naming the assignment it looks like."""
+    if {exercise.id for exercise in notebook.exercises} & program.grade_ids:
+        return
+    likely = max(((len({e.id for e in other.exercises} & program.grade_ids), assignment.id)
+                  for assignment in course.assignments for other in assignment.notebooks), default=(0, ""))
+    looks_like = f"; it looks like {likely[1]}" if likely[0] else ""
+    raise SubmissionError(f"{notebook.filename} has none of the answer cells of this assignment "
+                          f"({', '.join(e.id for e in notebook.exercises)}){looks_like}")

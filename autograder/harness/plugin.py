@@ -1,11 +1,15 @@
-"""The pytest plugin that runs the hidden suites against one submission, in the trusted process.
+"""The pytest session that runs the hidden suites, in the trusted process.
 
-Tests ask for two fixtures: `student` (calls into the submission's own process) and `reference`
-(the solution notebook's definitions).  The plugin records one outcome per test function, with
-the message the student will see.
+The suites are collected once per grading process; then the session's run loop (pytest's
+documented `pytest_runtestloop` hook, the way pytest-xdist's workers pull tests from a queue)
+hands control to the grader, which runs the tests of one submission's exercises as often as it
+has submissions.  Tests ask for two fixtures: `student` (the submission, see context.py) and
+`reference` (the solution notebook's definitions).  One outcome is recorded per test function,
+with the message the student will see.
 """
 
 import traceback
+from dataclasses import dataclass
 
 import pytest
 
@@ -13,9 +17,10 @@ from autograder.harness.checks import Feedback
 from autograder.student import StudentError, StudentFailure, StudentTimeout
 
 
+@dataclass
 class Outcome:
-    def __init__(self, passed, message=""):
-        self.passed, self.message = passed, message
+    passed: bool
+    message: str = ""
 
 
 def student_message(error):
@@ -34,34 +39,64 @@ def student_message(error):
     return "The grader could not run this check (an internal error); please tell your instructor."
 
 
-class SuitePlugin:
-    def __init__(self, student, reference, exercises_by_suite):
-        self._student = student
-        self._reference = reference
-        self.exercises_by_suite = exercises_by_suite
-        self.outcomes = {}        # (exercise id, test name) -> Outcome
+class SuiteSession:
+    """Collects the suites of `exercises` once; `body(session)` then calls `session.run(...)`."""
+
+    def __init__(self, exercises, body):
+        self.by_suite = {exercise.suite.resolve(): exercise for exercise in exercises}
+        self.body = body
+        self.items = {}            # exercise id -> its collected test items, in file order
+        self.result = None
+        self.error = None
+        self._student = self._reference = None
+        self.outcomes = {}         # (exercise id, test name) -> Outcome, for the current run
         self.internal_errors = []  # tracebacks for the instructor's log, never for students
 
-    @pytest.fixture(scope="session")
+    @pytest.fixture
     def student(self):
         return self._student
 
-    @pytest.fixture(scope="session")
+    @pytest.fixture
     def reference(self):
         return self._reference
 
     def _key(self, item):
-        exercise = self.exercises_by_suite[item.path.resolve()]
+        exercise = self.by_suite[item.path.resolve()]
         return exercise.id, getattr(item, "originalname", item.name)
 
     def pytest_collection_modifyitems(self, items):
-        # Only tests that course.yml gives points to run; the consistency test in tests/
-        # makes sure nothing is left out by mistake.
+        # Only tests that course.yml gives points to run; tests/test_course.py makes sure nothing
+        # is left out by mistake.
         items[:] = [item for item in items if self._key(item)[1] in
-                    self.exercises_by_suite[item.path.resolve()].points]
+                    self.by_suite[item.path.resolve()].points]
 
-    def pytest_runtest_setup(self, item):
-        self._student.current = self._key(item)[0]
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            self.items.setdefault(self._key(item)[0], []).append(item)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session):
+        missing = {exercise.id for exercise in self.by_suite.values()} - set(self.items)
+        if missing:
+            self.error = RuntimeError(f"the hidden suites of {sorted(missing)} collected no tests")
+            return True
+        try:
+            self.result = self.body(self)
+        except BaseException as error:  # noqa: B902 - re-raised by with_suites, Ctrl-C included
+            self.error = error
+        return True
+
+    def run(self, exercises, student, reference):
+        """Run the tests of `exercises` against one submission; returns the outcomes."""
+        self._student, self._reference = student, reference
+        self.outcomes, self.internal_errors = {}, []
+        items = [item for exercise in exercises for item in self.items.get(exercise.id, [])]
+        for index, item in enumerate(items):
+            student.exercise = self._key(item)[0]
+            following = items[index + 1] if index + 1 < len(items) else None
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+        self._student = self._reference = None
+        return self.outcomes
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -83,12 +118,17 @@ class SuitePlugin:
                 self.outcomes[key] = outcome
 
 
-def run_suites(suites, plugin):
-    args = [str(path) for path in suites] + [
-        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
-        "-p", "no:logging", "--rootdir", str(suites[0].parent), "-c", str(suites[0].parent / "pytest.ini")]
-    code = pytest.main(args, plugins=[plugin])
+def with_suites(exercises, body):
+    """Collect the suites of `exercises` once and call body(session); returns what body returns."""
+    suites = sorted({str(exercise.suite) for exercise in exercises})
+    folder = exercises[0].suite.parent
+    session = SuiteSession(exercises, body)
+    code = pytest.main(suites + ["-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
+                                 "-p", "no:logging", "-p", "no:stepwise", "--rootdir", str(folder),
+                                 "-c", str(folder / "pytest.ini")], plugins=[session])
+    if session.error is not None:
+        raise session.error
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         # A broken suite is the instructor's problem and must not look like a student's zero.
-        raise RuntimeError(f"the hidden suites could not run (pytest exit code {int(code)})")
-    return code
+        raise RuntimeError(f"the hidden suites could not be collected (pytest exit code {int(code)})")
+    return session.result

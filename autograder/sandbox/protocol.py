@@ -8,7 +8,11 @@ and plain tensors, so a hostile student process cannot make the grader execute c
 subclass (with an ``__eq__`` that always says yes, say) is refused instead of compared.
 
 Values are tagged (``["tensor", t]``, ``["ndarray", t]``, ...) so the grader can tell a NumPy array
-from a tensor and a tuple from a list.
+from a tensor and a tuple from a list.  ``decode`` is where the grader meets bytes chosen by the
+student, so it bounds everything that could cost the grader memory or time: the nesting depth, the
+number of items (counted as they are visited, so shared references cannot multiply them), the
+length of strings, the logical size of tensors (an expanded, zero-stride tensor is a few bytes on
+the wire and gigabytes once touched) and their dtypes.
 """
 
 import io
@@ -21,7 +25,12 @@ import numpy as np
 import torch
 
 HEADER = struct.Struct("!Q")
-MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # on the wire
+MAX_DEPTH = 24                         # nesting of containers
+MAX_ITEMS = 200_000                    # values visited while decoding one message
+MAX_STRING = 1_000_000                 # characters in one string (a cell of code, a traceback)
+MAX_TENSOR_ELEMENTS = 1 << 22          # logical elements in one tensor (4 M)
+MAX_TOTAL_ELEMENTS = 1 << 24           # logical elements in one message (16 M)
 
 
 class ProtocolError(Exception):
@@ -30,6 +39,10 @@ class ProtocolError(Exception):
 
 class Unsupported(Exception):
     """A value that cannot cross the process boundary."""
+
+
+class Timeout(Exception):
+    """No complete message arrived before the deadline."""
 
 
 def write_message(fd, message):
@@ -41,10 +54,6 @@ def write_message(fd, message):
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-class Timeout(Exception):
-    """No complete message arrived before the deadline."""
 
 
 def read_exactly(fd, size, deadline=None):
@@ -66,12 +75,14 @@ def read_message(fd, deadline=None):
     """Read one message; with a deadline (time.monotonic()), raise Timeout when it passes."""
     (size,) = HEADER.unpack(read_exactly(fd, HEADER.size, deadline))
     if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {size} bytes is larger than the limit")
+        raise ProtocolError(f"a message of {size} bytes, over the {MAX_MESSAGE_BYTES >> 20} MB limit")
     payload = read_exactly(fd, size, deadline)
     try:
         return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
-    except Exception as error:  # the unpickler refuses anything but plain data
-        raise ProtocolError(f"unreadable message ({type(error).__name__})") from None
+    except BaseException as error:  # the unpickler refuses anything but plain data (RecursionError too)
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise ProtocolError(f"an unreadable message ({type(error).__name__})") from None
 
 
 def _plain_tensor(value):
@@ -81,6 +92,11 @@ def _plain_tensor(value):
     if type(value) is not torch.Tensor:
         value = torch.Tensor.as_subclass(value, torch.Tensor)
     return value.clone()
+
+
+def clean_text(text):
+    """The text with lone surrogates (which cannot be written as UTF-8) replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def encode(value):
@@ -93,7 +109,9 @@ def encode(value):
         return ["ndarray", torch.from_numpy(np.ascontiguousarray(value).copy())]
     if isinstance(value, np.generic):
         return ["py", value.item()]
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return ["py", clean_text(value)]
+    if value is None or isinstance(value, (bool, int, float)):
         return ["py", value]
     if isinstance(value, torch.dtype):
         return ["dtype", str(value)]
@@ -104,32 +122,74 @@ def encode(value):
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
             raise Unsupported("a dict whose keys are not all strings")
-        return ["dict", {key: encode(item) for key, item in value.items()}]
+        return ["dict", {clean_text(key): encode(item) for key, item in value.items()}]
     raise Unsupported(f"a value of type {type(value).__name__}")
 
 
 _DTYPES = {str(dtype): dtype for dtype in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64,
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)}
+_TENSOR_DTYPES = set(_DTYPES.values())
 
 
-def decode(tagged):
-    """Inverse of encode; raise ProtocolError on anything malformed."""
-    try:
-        tag, payload = tagged
-    except (TypeError, ValueError):
-        raise ProtocolError("malformed value") from None
+class _Budget:
+    def __init__(self):
+        self.items = 0
+        self.elements = 0
+
+    def visit(self):
+        self.items += 1
+        if self.items > MAX_ITEMS:
+            raise ProtocolError(f"a message with more than {MAX_ITEMS} values")
+
+
+def _checked_tensor(tensor, budget):
+    if tensor.layout != torch.strided or tensor.device.type != "cpu" or tensor.dtype not in _TENSOR_DTYPES:
+        raise ProtocolError(f"a tensor of an unsupported kind ({tensor.dtype}, {tensor.layout})")
+    if tensor.is_neg() or tensor.is_conj():
+        raise ProtocolError("a tensor with a lazy negation or conjugation")
+    elements = tensor.numel()
+    budget.elements += elements
+    if elements > MAX_TENSOR_ELEMENTS or budget.elements > MAX_TOTAL_ELEMENTS:
+        raise ProtocolError(f"a tensor of {elements} elements (shape {list(tensor.shape)[:8]}), "
+                            "over the size limit")
+    # From here on the grader owns a compact copy: no shared, expanded or overlapping storage.
+    return tensor.contiguous().clone()
+
+
+def decode(tagged, _depth=0, _budget=None):
+    """Inverse of encode; raise ProtocolError on anything malformed or over the limits."""
+    budget = _budget or _Budget()
+    budget.visit()
+    if _depth > MAX_DEPTH:
+        raise ProtocolError(f"a value nested more than {MAX_DEPTH} levels deep")
+    if type(tagged) not in (list, tuple) or len(tagged) != 2 or type(tagged[0]) is not str:
+        raise ProtocolError("a malformed value")
+    tag, payload = tagged
     if tag == "tensor" and type(payload) is torch.Tensor:
-        return payload
+        return _checked_tensor(payload, budget)
     if tag == "ndarray" and type(payload) is torch.Tensor:
-        return payload.numpy()
-    if tag == "py" and (payload is None or type(payload) in (bool, int, float, str)):
+        return _checked_tensor(payload, budget).numpy()
+    if tag == "py" and type(payload) is str:
+        if len(payload) > MAX_STRING:
+            raise ProtocolError(f"a string of more than {MAX_STRING} characters")
+        return clean_text(payload)
+    if tag == "py" and (payload is None or type(payload) in (bool, float)):
         return payload
-    if tag == "dtype" and payload in _DTYPES:
+    if tag == "py" and type(payload) is int:
+        if abs(payload) >= 1 << 64:
+            raise ProtocolError("an integer too large to be a size or a count")
+        return payload
+    if tag == "dtype" and type(payload) is str and payload in _DTYPES:
         return _DTYPES[payload]
-    if tag in ("tuple", "list") and isinstance(payload, list):
-        items = [decode(item) for item in payload]
+    if tag in ("tuple", "list") and type(payload) is list:
+        items = [decode(item, _depth + 1, budget) for item in payload]
         return tuple(items) if tag == "tuple" else items
-    if tag == "dict" and isinstance(payload, dict):
-        return {str(key): decode(item) for key, item in payload.items()}
-    raise ProtocolError(f"malformed value with tag {tag!r}")
+    if tag == "dict" and type(payload) is dict:
+        decoded = {}
+        for key, item in payload.items():
+            if type(key) is not str or len(key) > 1000:
+                raise ProtocolError("a dict with a key that is not a short string")
+            decoded[clean_text(key)] = decode(item, _depth + 1, budget)
+        return decoded
+    raise ProtocolError(f"a malformed value with tag {str(tag)[:20]!r}")

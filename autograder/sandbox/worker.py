@@ -1,49 +1,91 @@
-"""The student side: runs one submission's code and answers the grader's requests.
+"""The student side: a warm worker that forks one confined child per submission.
 
-This file runs in an untrusted process (inside a bubblewrap sandbox when one is available). It never
-sees the hidden suites or the reference solutions: the grader sends inputs, this side sends back
-outputs as plain data (see protocol.py), and every comparison happens in the grader.
+This file runs inside the sandbox (see autograder/sandbox/jail.py for how it is started).  The
+warm worker loads the sandbox-wide seccomp filter, imports torch, NumPy and matplotlib once, and
+then waits on its control socket.  It never runs student code and never sees a hidden suite or a
+reference solution: the grader sends it only "fork" (with the two pipe ends a new child will talk
+on) and "end" (kill that child, empty the scratch space).  Each child confines itself (resource
+limits, a private scratch directory, a stricter seccomp filter, see confine.py) and only then runs
+the submission's cells and answers the grader's requests.
 
-Nothing here is a security boundary on its own: student code can patch anything in this process.
-What keeps grading honest is that the grader checks every value it receives.
+Nothing in a child is a security boundary on its own: student code can patch anything in its
+process.  What keeps grading honest is that the grader checks every value it receives.
 
-Requests (dicts with an "op"):
+Requests to a child (dicts with an "op"):
   load    run the notebook's code cells in order, one at a time, each under a time limit
   names   which of the given names the submission defines, and whether they are classes
   call    call a function with inputs, optionally back-propagate given output gradients
   module  build an nn.Module, optionally load parameters, run steps on it (a method of the module,
           or a notebook function that takes the module first), back-propagate
+A request with "from_scratch" runs under the attention guard (guard.py).
 """
 
+import contextlib
+import ctypes
+import json
 import os
+import shutil
 import signal
+import socket
 import sys
 import traceback
 
-# The protocol runs on duplicates of stdin/stdout; the originals point nowhere so that nothing a
-# submission prints can be mistaken for a message.
-REQUESTS = os.dup(0)
-REPLIES = os.dup(1)
-_devnull = os.open(os.devnull, os.O_RDWR)
-for _fd in (0, 1, 2):
-    os.dup2(_devnull, _fd)
+# The sandbox-wide filter binds this process and everything it forks, before anything else runs.
+import confine  # noqa: E402  (this folder is sys.path[0])
+
+confine.sandbox_filter()
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no child may read this process
 
 os.environ["MPLBACKEND"] = "Agg"
 sys.dont_write_bytecode = True
 
 import warnings  # noqa: E402
 
-import numpy as np  # noqa: E402
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: E402,F401  (imported once here, so no submission pays for it)
+import numpy as np  # noqa: E402,F401
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F  # noqa: E402,F401
 
-import protocol  # noqa: E402  (this folder is sys.path[0])
+import protocol  # noqa: E402
+from guard import GUARD  # noqa: E402
 
-# Whatever a submission prints is thrown away: it can neither flood memory nor fake a result.
-sys.stdout = open(os.devnull, "w")
-sys.stderr = open(os.devnull, "w")
-warnings.simplefilter("ignore")
 torch.set_num_threads(1)
+GUARD.wrap_python_functions()
+
+
+def warm_up():
+    """Run once what every submission would otherwise pay for on first use: lazy imports and
+    first-call initialisation of autograd, the optimisers, the serialiser and the guard."""
+    import io
+    x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    layer = torch.nn.Linear(4, 4).double()
+    scores = (layer(x) @ x.transpose(-2, -1)).masked_fill(torch.ones(3, 3).tril() == 0, float("-inf"))
+    loss = F.cross_entropy(torch.softmax(scores, -1).reshape(-1, 3), torch.zeros(6, dtype=torch.long))
+    torch.autograd.grad(loss, [x], retain_graph=True)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=1e-3)
+    loss.backward()
+    optimizer.step()
+    torch.nn.MultiheadAttention(4, 2, batch_first=True)(x.float(), x.float(), x.float())
+    with GUARD:
+        pass
+    torch.load(io.BytesIO(_saved(protocol.encode({"x": x.detach(), "a": np.ones(2)}))), weights_only=True)
+    matplotlib.pyplot.subplots()
+    matplotlib.pyplot.close("all")
+
+
+def _saved(value):
+    import io
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+warm_up()
+SCRATCH_ROOTS = ("/tmp", "/dev/shm")
+REQUESTS = REPLIES = None  # the child's pipe ends
 
 
 class CellTimeout(BaseException):
@@ -54,26 +96,6 @@ def _on_alarm(signum, frame):
     raise CellTimeout()
 
 
-signal.signal(signal.SIGALRM, _on_alarm)
-
-
-class Spy:
-    """Records calls to torch's built-in attention, which the from-scratch exercises may not use."""
-
-    def __init__(self):
-        self.used = False
-
-    def wrap(self, function):
-        def recorded(*args, **kwargs):
-            self.used = True
-            return function(*args, **kwargs)
-        return recorded
-
-
-SPY = Spy()
-F.scaled_dot_product_attention = SPY.wrap(F.scaled_dot_product_attention)
-torch._C._nn.scaled_dot_product_attention = SPY.wrap(torch._C._nn.scaled_dot_product_attention)
-F.multi_head_attention_forward = SPY.wrap(F.multi_head_attention_forward)
 
 STUDENT_FILES = "<cell"
 
@@ -132,7 +154,7 @@ NAMESPACE = fresh_namespace()
 def load(request):
     results = []
     for index, cell in enumerate(request["cells"]):
-        protocol.write_message(REPLIES, {"event": "cell", "index": index})
+        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index}))
         label = cell["label"]
         try:
             code = compile(ipython_to_python(cell["source"]), f"<cell {label}>", "exec")
@@ -201,17 +223,21 @@ def backward(outputs, grad_outputs, sources):
     return [next(found) if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sources]
 
 
+def guarded(request):
+    GUARD.used = False
+    return GUARD if request.get("from_scratch") else contextlib.nullcontext()
+
+
 def call(request):
     function = lookup(request["name"])
     args, kwargs = list(request["args"]), dict(request["kwargs"])
     if request.get("grad"):
         args = requires_grad(args)
-    SPY.used = False
-    with TimeLimit(request["timeout"]):
+    with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
         output = function(*args, **kwargs)
         grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
-    reply = {"output": output, "input_grads": grads, "used_builtin_attention": SPY.used}
+    reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
     return reply
@@ -250,8 +276,7 @@ def describe_module(instance):
 
 
 def module(request):
-    SPY.used = False
-    with TimeLimit(request["timeout"]):
+    with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
         outputs, input_grads = [], []
         step_args = []
@@ -286,7 +311,7 @@ def module(request):
         "input_grads": input_grads,
         "attributes": attributes,
         "training": instance.training,
-        "used_builtin_attention": SPY.used,
+        "used_builtin_attention": GUARD.used,
     }
 
 
@@ -294,12 +319,16 @@ HANDLERS = {"load": load, "names": names, "call": call, "module": module}
 
 
 def serve():
+    """A child's life: answer requests until the grader says exit or closes the pipe."""
+    sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
+    sys.stderr = open(os.devnull, "w")
+    warnings.simplefilter("ignore")
+    signal.signal(signal.SIGALRM, _on_alarm)
     while True:
         try:
-            request = protocol.read_message(REQUESTS)
-        except EOFError:
+            request = protocol.decode(protocol.read_message(REQUESTS))
+        except (EOFError, OSError, protocol.ProtocolError):
             return
-        request = protocol.decode(request)
         if request.get("op") == "exit":
             return
         try:
@@ -314,5 +343,63 @@ def serve():
         protocol.write_message(REPLIES, encoded)
 
 
+def child(control, pipes, memory_mb):
+    global REQUESTS, REPLIES
+    control.close()
+    REQUESTS, REPLIES = pipes
+    try:
+        confine.confine_submission(memory_mb, "/tmp/work")
+        serve()
+    finally:
+        os._exit(0)
+
+
+def wipe_scratch():
+    """Remove whatever the last child left in the writable places of the sandbox."""
+    def make_writable_and_retry(function, path, _):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+        except OSError:
+            pass
+    for root in SCRATCH_ROOTS:
+        if not os.path.isdir(root):
+            continue
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, onerror=make_writable_and_retry)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def zygote(control):
+    """Fork children on request; the grader talks to each child on its own pipes."""
+    control.send(b'{"ready": true}')
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 4096, 2)
+        except OSError:
+            return
+        if not data:
+            return
+        order = json.loads(data)
+        if order["op"] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                child(control, fds, int(order["memory_mb"]))
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"pid": pid}).encode())
+        elif order["op"] == "end":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(order["pid"]), signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(int(order["pid"]), 0)
+            wipe_scratch()
+            control.send(b'{"ended": true}')
+
+
 if __name__ == "__main__":
-    serve()
+    zygote(socket.socket(fileno=int(sys.argv[1])))

@@ -319,12 +319,12 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
 
 # -- train_model -----------------------------------------------------------------------------
 
-def trained_pattern_model(student, reference, num_heads, steps=100):
+def trained_pattern_model(student, reference, num_heads, steps, sequences):
     """Train the notebook's PatternModel with the student's train_model (once per submission);
-    returns (losses, a reference PatternModel holding the trained parameters)."""
-    key = ("trained_pattern_model", num_heads, steps)
+    returns (reported losses, a reference PatternModel holding the trained parameters, the batch)."""
+    key = ("trained_pattern_model", num_heads, steps, sequences)
     if key not in student.memo:
-        inputs, targets = reference["make_pattern_data"](512, seed=1000)
+        inputs, targets = reference["make_pattern_data"](sequences, seed=1000)
         reply = run_module(student, "PatternModel", (num_heads,), train=True, dtype=None,
                            functions=[("train_model", (inputs, targets), {"steps": steps, "lr": 1e-2})])
         model = reference["PatternModel"](num_heads)
@@ -335,8 +335,16 @@ def trained_pattern_model(student, reference, num_heads, steps=100):
                                "Keep the parameter names of PatternModel and CausalSelfAttention.")
                 checks.shape(trained[name], parameter.shape, f"The trained parameter {name}")
                 parameter.copy_(trained[name])
-        student.memo[key] = (reply["outputs"][0], model)
+        student.memo[key] = (reply["outputs"][0], model, (inputs, targets))
     return student.memo[key]
+
+
+def pattern_loss(model, inputs, targets):
+    """The training loss of a PatternModel on a batch, computed here (never taken from the student)."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(inputs)[0]
+        return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
 
 
 # -- CachedSelfAttention ---------------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""The student as the hidden suites see it: one submission's grading context.
+
+Tests receive a `Student` (the `student` fixture) and call its functions and classes through it.
+It holds what grading one submission needs to remember: which exercise is being graded, which
+exercises must be written from scratch (their calls run under the attention guard), which of
+them called torch's attention anyway, and results the suites reuse within this submission (a
+model trained once, checked by several tests).  The process underneath only carries messages.
+"""
+
+from autograder import replies
+
+
+class Student:
+    def __init__(self, process, from_scratch=()):
+        self.process = process
+        self.from_scratch = set(from_scratch)  # exercise ids under the from-scratch rule
+        self.exercise = None                   # the exercise whose tests are running
+        self.builtin_attention_users = set()   # exercises whose calls reached torch's attention
+        self.memo = {}
+
+    def _request(self, key, message, check):
+        message = {**message, "from_scratch": self.exercise in self.from_scratch}
+        value = self.process.request(key, message, check)
+        if value.get("used_builtin_attention"):
+            self.builtin_attention_users.add(self.exercise)
+        return value
+
+    def names(self, names):
+        return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)
+
+    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, **kwargs):
+        return self._request(name, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs,
+                                    "grad": grad, "grad_outputs": list(grad_outputs), "seed": seed,
+                                    "echo_args": echo_args}, replies.call)
+
+    def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
+               train=False, grad=False, grad_outputs=(), attributes=(), seed=0):
+        message = {"op": "module", "cls": cls, "init_args": list(init_args),
+                   "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
+                   "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
+                   "attributes": list(attributes), "seed": seed}
+        # A hang inside a notebook function that was handed the module is charged to that function.
+        functions = [step["function"] for step in steps if step.get("function")]
+        return self._request(functions[-1] if functions else cls, message, replies.module)

@@ -1,0 +1,67 @@
+"""Where grading writes, in one place.
+
+    <out>/grades.csv                               one row per student and assignment (the whole class)
+    <out>/grades_wide.csv                          one row per student, a column per assignment
+    <out>/grader.log                               internal errors, for the instructor only
+    <out>/results/<student>/<assignment>/grade.json     the record every other output is made from
+    <out>/results/<student>/<assignment>/results.json   Gradescope's format
+    <out>/feedback/<student>/<assignment>/feedback.md   what the student reads
+    <out>/report/                                  make report's item analysis
+"""
+
+import json
+from pathlib import Path
+
+from autograder.results import from_record, to_record, write_atomic, write_json
+
+
+class Layout:
+    def __init__(self, out):
+        self.out = Path(out)
+        self.grades_csv = self.out / "grades.csv"
+        self.wide_csv = self.out / "grades_wide.csv"
+        self.log = self.out / "grader.log"
+        self.report = self.out / "report"
+        self.results = self.out / "results"
+        self.feedback_root = self.out / "feedback"
+
+    def record_path(self, student, assignment):
+        return self.results / student / assignment / "grade.json"
+
+    def results_json(self, student, assignment):
+        return self.results / student / assignment / "results.json"
+
+    def feedback(self, student, assignment):
+        return self.feedback_root / student / assignment / "feedback.md"
+
+    def save(self, result, **extra):
+        """Write one graded submission; the record goes last, so it marks a complete write."""
+        write_json(result, self.results_json(result.student, result.assignment))
+        write_atomic(self.feedback(result.student, result.assignment), result.feedback())
+        write_atomic(self.record_path(result.student, result.assignment),
+                     json.dumps(to_record(result, **extra), indent=1))
+
+    def read_record(self, student, assignment):
+        """The stored record of a submission as a dict, or None."""
+        try:
+            return json.loads(self.record_path(student, assignment).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def graded_one(self, student, assignment):
+        record = self.read_record(student, assignment)
+        return None if record is None else from_record(record)
+
+    def records(self):
+        """Every complete record under results/, sorted by student and assignment."""
+        found = []
+        for path in sorted(self.results.glob("*/*/grade.json")):
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # a record cut short by a crash: that submission is graded again
+        return found
+
+    def graded(self):
+        """SubmissionResult for every stored record."""
+        return [from_record(record) for record in self.records()]

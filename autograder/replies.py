@@ -1,0 +1,123 @@
+"""The exact shape of every reply a student process may send, checked before anything uses it.
+
+protocol.decode has already bounded sizes and rebuilt plain values; these functions check that
+the value is what the request asked for (the keys, and the type of each), so that a forged or
+broken reply becomes one ProtocolError for that request instead of a KeyError or a TypeError
+somewhere in the grader.  Values the hidden tests compare (outputs, gradients) are checked there,
+with messages for the student.
+"""
+
+import torch
+
+from autograder.sandbox.protocol import ProtocolError
+
+CELL_STATUSES = {"ok", "syntax", "error", "timeout"}
+
+
+def _require(condition, what):
+    if not condition:
+        raise ProtocolError(f"a malformed reply ({what})")
+
+
+def _dict(value, what, required=()):
+    _require(type(value) is dict, f"{what} is not a dict")
+    missing = [key for key in required if key not in value]
+    _require(not missing, f"{what} lacks {', '.join(missing)}")
+    return value
+
+
+def _text(value, what):
+    _require(type(value) is str, f"{what} is not text")
+    return value
+
+
+def _tensor_or_none(value, what):
+    _require(value is None or type(value) is torch.Tensor, f"{what} is not a tensor")
+    return value
+
+
+def _tensors(value, what, allow_none=False):
+    _dict(value, what)
+    for name, tensor in value.items():
+        if allow_none:
+            _tensor_or_none(tensor, f"{what}[{name}]")
+        else:
+            _require(type(tensor) is torch.Tensor, f"{what}[{name}] is not a tensor")
+    return value
+
+
+def _gradients(value, what):
+    _require(value is None or type(value) is list, f"{what} is not a list")
+    for item in value or []:
+        _tensor_or_none(item, what)
+    return value
+
+
+def envelope(reply):
+    """(value, None) for a successful reply, (None, error) for a failed one."""
+    _dict(reply, "the reply", ["ok"])
+    _require(type(reply["ok"]) is bool, "ok is not a bool")
+    if reply["ok"]:
+        _require("value" in reply, "the reply has no value")
+        return reply["value"], None
+    error = _dict(reply.get("error"), "the error", ["type"])
+    return None, {"type": _text(error["type"], "the error type")[:200],
+                  "message": _text(error.get("message", ""), "the error message")[:2000],
+                  "traceback": _text(error.get("traceback", ""), "the traceback")[-6000:]}
+
+
+def cell_event(message, cells):
+    """The index of the cell that starts running, or None when the message is not an event."""
+    if type(message) is not dict or "event" not in message:
+        return None
+    _require(message.get("event") == "cell", "an unknown event")
+    index = message.get("index")
+    _require(type(index) is int and 0 <= index < cells, "a cell event without a valid index")
+    return index
+
+
+def load(value, cells):
+    results = _dict(value, "the load reply", ["cells"])["cells"]
+    _require(type(results) is list and len(results) == cells, "one result per cell")
+    checked = []
+    for result in results:
+        _dict(result, "a cell result", ["status"])
+        _require(result["status"] in CELL_STATUSES, "an unknown cell status")
+        checked.append({"status": result["status"],
+                        "message": _text(result.get("message", ""), "a cell message")[:2000],
+                        "traceback": _text(result.get("traceback", ""), "a cell traceback")[-6000:]})
+    return checked
+
+
+def names(value):
+    found = _dict(_dict(value, "the names reply", ["names"])["names"], "names")
+    _require(all(kind in ("class", "callable", "value") for kind in found.values()), "a name kind")
+    return found
+
+
+def _builtin_flag(value):
+    _require(type(value.get("used_builtin_attention", False)) is bool, "the attention flag")
+    return value
+
+
+def call(value):
+    _dict(value, "the call reply", ["output"])
+    _gradients(value.get("input_grads"), "input_grads")
+    if "args_after" in value:
+        _require(type(value["args_after"]) is list, "args_after is not a list")
+    return _builtin_flag(value)
+
+
+def module(value):
+    _dict(value, "the module reply", ["outputs", "parameters", "buffers", "param_grads",
+                                      "input_grads", "attributes", "training"])
+    _require(type(value["outputs"]) is list, "outputs is not a list")
+    _tensors(value["parameters"], "parameters")
+    _tensors(value["buffers"], "buffers")
+    _tensors(value["param_grads"], "param_grads", allow_none=True)
+    _require(type(value["input_grads"]) is list, "input_grads is not a list")
+    for grads in value["input_grads"]:
+        _gradients(grads, "input_grads")
+    _dict(value["attributes"], "attributes")
+    _require(type(value["training"]) is bool, "training is not a bool")
+    return _builtin_flag(value)

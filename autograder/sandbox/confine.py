@@ -1,0 +1,91 @@
+"""Confinement applied from inside the sandbox (this file runs in the student's side only).
+
+Two stages of seccomp filters, each a deny-list of system calls that attention code never needs;
+seccomp filters only ever add restrictions, and bubblewrap has already set no_new_privs.
+
+  sandbox_filter()  loaded by the warm worker before it imports torch, so it binds the worker and
+                    every process forked from it: no mounts, namespaces, ptrace, kernel keys, BPF,
+                    module loading, network sockets, ...
+  submission_filter(pid)  loaded in each forked child just before the submission's code runs: no
+                    new processes (threads only), no exec, no signals to any other process.
+
+The child also gets hard resource limits (which an unprivileged process cannot raise again) and a
+private, empty scratch directory as its working directory and home.
+"""
+
+import errno
+import os
+import resource
+
+import pyseccomp as seccomp
+
+# System calls no process in the sandbox may make.
+SANDBOX_DENIED = [
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree",
+    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace", "process_vm_readv",
+    "process_vm_writev", "kcmp", "kexec_load", "kexec_file_load", "bpf", "perf_event_open",
+    "keyctl", "add_key", "request_key", "userfaultfd", "init_module", "finit_module",
+    "delete_module", "reboot", "swapon", "swapoff", "acct", "syslog", "iopl", "ioperm",
+    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "quotactl", "vhangup",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "personality",
+    "pidfd_getfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+]
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+CLONE_THREAD = 0x00010000
+AF_UNIX = 1
+
+# System calls a submission's process may not make, on top of the above.
+SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal"]
+SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
+
+
+def _deny(rules, syscall, *args):
+    try:
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), syscall, *args)
+    except (OSError, RuntimeError, ValueError):
+        pass  # a system call this kernel or architecture does not have
+
+
+def sandbox_filter():
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for syscall in SANDBOX_DENIED:
+        _deny(rules, syscall)
+    # New namespaces through clone(); clone3 passes its flags in memory that a filter cannot read,
+    # so it reports "not implemented" and the C library falls back to clone().
+    for flag in NAMESPACE_FLAGS:
+        _deny(rules, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    # Only local (Unix) sockets: the network namespace is empty anyway.
+    _deny(rules, "socket", seccomp.Arg(0, seccomp.NE, AF_UNIX))
+    rules.load()
+
+
+def submission_filter(pid):
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for syscall in SUBMISSION_DENIED:
+        _deny(rules, syscall)
+    # clone() without CLONE_THREAD makes a process: threads yes, processes no.
+    _deny(rules, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
+    # Signals only to itself (the first argument is a process or thread-group id).
+    for syscall in SIGNAL_CALLS:
+        _deny(rules, syscall, seccomp.Arg(0, seccomp.NE, pid))
+    rules.load()
+
+
+def limit(kind, value):
+    resource.setrlimit(kind, (value, value))
+
+
+def confine_submission(memory_mb, scratch, file_mb=64, open_files=256, threads=64):
+    """Everything a forked child does before the submission's code runs."""
+    os.setsid()
+    limit(resource.RLIMIT_AS, memory_mb << 20)
+    limit(resource.RLIMIT_FSIZE, file_mb << 20)
+    limit(resource.RLIMIT_NOFILE, open_files)
+    limit(resource.RLIMIT_NPROC, threads)
+    limit(resource.RLIMIT_CORE, 0)
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    os.chdir(scratch)
+    os.environ.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=scratch)
+    submission_filter(os.getpid())

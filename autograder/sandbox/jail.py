@@ -1,0 +1,139 @@
+"""The command line that starts the warm worker inside the sandbox (trusted side).
+
+The README's security section explains it line by line; in short:
+
+  unshare --mount --propagation private -- sh -c STAGE    only when the grader runs as root:
+      in a mount namespace of its own (the host's mounts are untouched), bind the Python
+      installation, the virtual environment and this folder under a fresh tmpfs, so that an
+      unprivileged user can reach them even when they live under a private home such as /root
+  setpriv --reuid=65534 --regid=65534 --clear-groups ...  only when root: become `nobody`, with
+      no capabilities and no way to gain one (no_new_privs)
+  bwrap --unshare-all ...  a new user, PID, IPC, UTS, cgroup and (empty) network namespace; a
+      root made of read-only binds: /usr, the Python installation, the virtual environment and
+      this folder as /sandbox; a minimal /etc; its own /proc and /dev; a size-limited tmpfs at
+      /tmp as the only writable place
+  python -E -s -B /sandbox/worker.py FD   the warm worker, talking to the grader on socket FD
+
+Inside, the worker adds seccomp filters and per-submission resource limits (confine.py).
+"""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SANDBOX_DIR = Path(__file__).resolve().parent
+NOBODY = 65534
+SCRATCH_BYTES = 256 << 20
+# What Python, torch and matplotlib read from /etc: the dynamic linker's cache and configuration,
+# the time zone and fonts. No account databases, no host names, no TLS keys.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts")
+# Directories the staging tmpfs may be mounted on, in a private mount namespace.
+STAGE_POINTS = ("/mnt", "/media", "/srv", "/opt", "/boot")
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox cannot be built on this machine."""
+
+
+def python_trees():
+    """The directories the worker's Python needs: the installation and the virtual environment."""
+    trees = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
+    for path in (sys.base_prefix, sys.prefix):
+        trees.add(os.path.abspath(path))
+    return sorted(tree for tree in trees if not tree.startswith("/usr/") and tree != "/usr")
+
+
+def _system_binds():
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--dir", "/etc"]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def bwrap_args(binds, control_fd):
+    """bwrap's own arguments; binds maps a source on this side to its place in the sandbox."""
+    args = ["bwrap",
+            "--unshare-all", "--unshare-user", "--disable-userns",  # new namespaces; no more inside
+            "--die-with-parent", "--new-session",  # dies with the grader; no terminal to talk to
+            "--cap-drop", "ALL",                  # no capabilities even where bwrap could keep some
+            *_system_binds(),
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
+            "--chdir", "/tmp", "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+            "--setenv", "USER", "student", "--setenv", "MPLBACKEND", "Agg",
+            "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "PYTHONHASHSEED", "0"]
+    for source, target in binds.items():
+        args += ["--ro-bind", source, target]
+    return args + worker_args(Path("/sandbox"), control_fd)
+
+
+def worker_args(sandbox_dir, control_fd):
+    return [sys.executable, "-E", "-s", "-B", str(sandbox_dir / "worker.py"), str(control_fd)]
+
+
+def _stage_point(sources):
+    for point in STAGE_POINTS:
+        if os.path.isdir(point) and not any(s == point or s.startswith(point + "/") for s in sources):
+            return point
+    raise SandboxUnavailable("no directory to stage the Python installation on")
+
+
+def command(control_fd):
+    """The whole command line that starts the worker in the sandbox, talking on control_fd."""
+    if not shutil.which("bwrap"):
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+    trees = python_trees()
+    if os.geteuid() != 0:
+        binds = {tree: tree for tree in trees}
+        binds[str(SANDBOX_DIR)] = "/sandbox"
+        return bwrap_args(binds, control_fd)
+    sources = trees + [str(SANDBOX_DIR)]
+    point = _stage_point(sources)
+    staged = {f"{point}/{index}": tree for index, tree in enumerate(trees)}
+    staged[f"{point}/sandbox"] = str(SANDBOX_DIR)
+    binds = {stage: ("/sandbox" if source == str(SANDBOX_DIR) else source)
+             for stage, source in staged.items()}
+    script = [f"mount -t tmpfs -o mode=0755,size=1m autograder-stage {point}"]
+    for stage, source in staged.items():
+        script += [f"mkdir {stage}", f"mount --bind -o ro {shlex.quote(source)} {stage}"]
+    script.append('exec "$@"')
+    setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+               "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    return ["unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-ec", " && ".join(script), "sh", *setpriv, *bwrap_args(binds, control_fd)]
+
+
+def unsandboxed_command(control_fd):
+    """`sandbox: none` in course.yml: the same worker, with only its own seccomp and limits."""
+    return worker_args(SANDBOX_DIR, control_fd)
+
+
+def check_tools():
+    """A one-line reason when the tools the sandbox needs are missing, else None."""
+    needed = ["bwrap"] + (["unshare", "setpriv", "mount"] if os.geteuid() == 0 else [])
+    missing = [tool for tool in needed if not shutil.which(tool)]
+    if missing:
+        return f"{', '.join(missing)} not found"
+    return None
+
+
+def probe():
+    """Start bwrap once with /bin/true; raise SandboxUnavailable with bwrap's reason if it fails."""
+    reason = check_tools()
+    if reason:
+        raise SandboxUnavailable(reason)
+    result = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"],
+                            capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        raise SandboxUnavailable((result.stderr.strip().splitlines() or ["bwrap failed"])[-1])
