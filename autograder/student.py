@@ -105,9 +105,10 @@ class Worker:
         else:
             command = jail.command(theirs.fileno())
         self.log = tempfile.TemporaryFile()
+        # The sandbox's own processes (bwrap, readable as /proc/1) get none of the grader's environment.
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=self.log, pass_fds=[theirs.fileno()],
-                                        start_new_session=True)
+                                        start_new_session=True, env=jail.ENVIRONMENT)
         theirs.close()
         self.control = ours
         self.ready = False

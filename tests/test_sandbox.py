@@ -1,64 +1,126 @@
-"""The student process: isolation, time limits and what crosses the pipe."""
+"""The student process: isolation, time limits, what crosses the pipe, and what one submission can
+leave behind for the next one graded by the same warm worker (nothing)."""
+
+import contextlib
 
 import pytest
 import torch
 
-from autograder.student import Cell, Limits, StudentCrash, StudentProcess, StudentTimeout, bubblewrap_works
+from autograder.harness.context import Student
+from autograder.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
 from tests.notebooks import ROOT
 
+LIMITS = Limits(call_timeout=2, cell_timeout=2, time_budget=60, memory_mb=2048)
 
-def process(*sources, **limits):
+
+@pytest.fixture(scope="module")
+def worker():
+    with Worker(LIMITS) as worker:
+        worker.start()
+        yield worker
+
+
+@contextlib.contextmanager
+def submission(worker, *sources, **limits):
     cells = [Cell(str(i), "import torch\n" + source) for i, source in enumerate(sources)]
-    return StudentProcess(cells, Limits(**{"call_timeout": 2, "cell_timeout": 2, **limits}))
+    with StudentProcess(worker, cells, Limits(**{**vars(LIMITS), **limits})) as process:
+        yield Student(process)
 
 
-@pytest.mark.skipif(not bubblewrap_works(), reason="bubblewrap is not available here")
-def test_student_code_cannot_read_course_files():
+def test_runs_as_nobody_without_capabilities_or_course_files(worker):
     probe = f"""
 import os
 def peek():
-    found = []
-    for path in {[str(ROOT / 'course.yml'), str(ROOT / 'autograder' / 'suites'), str(ROOT / 'solutions')]!r}:
-        found.append(os.path.exists(path))
-    return found
+    status = open('/proc/self/status').read()
+    caps = [line.split()[1] for line in status.splitlines() if line.startswith(('CapEff', 'CapPrm', 'CapBnd'))]
+    paths = {[str(ROOT / 'course.yml'), str(ROOT / 'autograder' / 'suites'), str(ROOT / 'solutions'),
+              '/etc/shadow', '/etc/passwd', '/root']!r}
+    return os.getuid(), caps, [os.path.exists(path) for path in paths], os.listdir('/proc')
 """
-    with process(probe) as student:
-        assert student.call("peek")["output"] == [False, False, False]
+    with submission(worker, probe) as student:
+        uid, caps, exists, processes = student.call("peek")["output"]
+    assert uid != 0
+    assert caps[:2] == ["0000000000000000", "0000000000000000"]
+    assert exists[:5] == [False] * 5
+    assert len([p for p in processes if p.isdigit()]) <= 4  # its own PID namespace: bwrap, worker, child
 
 
-def test_hanging_cell_is_stopped_and_the_rest_runs():
-    with process("while True:\n    pass\n", "def f():\n    return 1\n") as student:
-        assert [r.status for r in student.cell_reports] == ["timeout", "ok"]
+def test_hanging_cell_is_stopped_and_the_rest_runs(worker):
+    with submission(worker, "while True:\n    pass\n", "def f():\n    return 1\n") as student:
+        assert [r.status for r in student.process.cell_reports] == ["timeout", "ok"]
         assert student.call("f")["output"] == 1
 
 
-def test_hang_that_swallows_the_alarm_is_killed_and_charged_to_its_function():
+def test_hang_that_swallows_the_alarm_is_killed_and_charged_to_its_function(worker):
     stubborn = ("def stuck():\n    while True:\n        try:\n            while True:\n                pass\n"
                 "        except BaseException:\n            pass\n\ndef fine():\n    return 2\n")
-    with process(stubborn) as student:
+    with submission(worker, stubborn) as student:
         with pytest.raises(StudentTimeout):
             student.call("stuck")
         with pytest.raises(StudentTimeout):
             student.call("stuck")  # charged at once, without waiting again
-        assert student.call("fine")["output"] == 2  # a fresh process serves the others
+        assert student.call("fine")["output"] == 2  # a fresh child serves the others
 
 
-def test_exit_mid_call_is_a_crash_not_a_grader_failure():
-    with process("import os\ndef bye():\n    os._exit(3)\n\ndef fine():\n    return 5\n") as student:
+def test_exit_mid_call_is_a_crash_not_a_grader_failure(worker):
+    with submission(worker, "import os\ndef bye():\n    os._exit(3)\n\ndef fine():\n    return 5\n") as student:
         with pytest.raises(StudentCrash):
             student.call("bye")
         assert student.call("fine")["output"] == 5
 
 
-def test_tensor_subclasses_arrive_as_plain_tensors():
+def test_tensor_subclasses_arrive_as_plain_tensors(worker):
     code = ("class Sneaky(torch.Tensor):\n    pass\n\n"
             "def make():\n    return torch.ones(3).as_subclass(Sneaky)\n")
-    with process(code) as student:
+    with submission(worker, code) as student:
         value = student.call("make")["output"]
         assert type(value) is torch.Tensor and torch.equal(value, torch.ones(3))
 
 
-def test_unsupported_return_values_are_reported():
-    with process("def f():\n    return object()\n") as student:
-        with pytest.raises(Exception, match="returned a value of type object"):
+def test_unsupported_return_values_are_reported(worker):
+    with submission(worker, "def f():\n    return object()\n") as student:
+        with pytest.raises(StudentError, match="returned a value of type object"):
             student.call("f")
+
+
+def test_time_budget_bounds_a_whole_submission(worker):
+    slow = "import time\ntime.sleep(0.8)\n"
+    cells = [slow] * 6 + ["def late():\n    return 1\n"]
+    with submission(worker, *cells, time_budget=2) as student:
+        statuses = [report.status for report in student.process.cell_reports]
+        assert statuses[-1] == "timeout"  # never run: the budget was spent before it
+        with pytest.raises(StudentTimeout, match="time budget"):
+            student.call("late")
+
+
+def test_nothing_crosses_from_one_submission_to_the_next(worker):
+    polluter = """
+import os, sys, builtins, numpy
+torch.allclose = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda *a: True
+builtins.LEFT_BEHIND = 1
+os.environ['LEFT_BEHIND'] = '1'
+for where in ('.', '/tmp', '/dev/shm'):
+    try:
+        with open(os.path.join(where, 'left_behind.txt'), 'w') as handle:
+            handle.write('x')
+    except OSError:
+        pass
+def hog():
+    blocks = []
+    while True:
+        blocks.append(numpy.empty(1 << 30, dtype=numpy.uint8))
+"""
+    with submission(worker, polluter) as student:
+        with pytest.raises((StudentError, StudentCrash)):
+            student.call("hog")  # runs into the memory limit
+    probe = """
+import os, builtins
+def look():
+    files = [name for where in ('.', '/tmp', '/dev/shm') if os.path.isdir(where)
+             for name in os.listdir(where) if 'left_behind' in name]
+    return (torch.allclose(torch.zeros(2), torch.ones(2)), hasattr(builtins, 'LEFT_BEHIND'),
+            os.environ.get('LEFT_BEHIND'), files)
+"""
+    with submission(worker, probe) as student:
+        assert student.call("look")["output"] == (False, False, None, [])

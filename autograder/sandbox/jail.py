@@ -26,6 +26,8 @@ from pathlib import Path
 
 SANDBOX_DIR = Path(__file__).resolve().parent
 NOBODY = 65534
+ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
+               "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
 SCRATCH_BYTES = 256 << 20
 # What Python, torch and matplotlib read from /etc: the dynamic linker's cache and configuration,
 # the time zone and fonts. No account databases, no host names, no TLS keys.

@@ -1,0 +1,279 @@
+"""Hostile submissions: each attack must not raise a score, must change nothing outside its scratch
+space, and must leave the grader able to grade the next submission.
+
+Part one probes the sandbox directly (what a submission's process can and cannot do).  Part two
+grades a class of attacks with `grade-class --jobs 1`, so one warm worker sees every attack in
+turn; after each attack a canary (the reference solution) must still get full marks.
+"""
+
+import hashlib
+import json
+import os
+import resource
+
+import pytest
+
+from autograder.harness.context import Student
+from autograder.student import Cell, Limits, StudentProcess, Worker
+from tests.conftest import run_grader
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
+
+SECRET = "grader-secret-7f3a9c"   # in the grader's environment; must never reach a student's output
+
+
+def tree_digest(*folders):
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(str(path).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+# -- part one: what the process may do ---------------------------------------------------------
+
+PROBE = r'''
+import ctypes, errno, os, signal, socket, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+
+def attempt(action):
+    try:
+        result = action()
+        return "allowed" if result in (None, 0) or not isinstance(result, int) or result >= 0 else \
+            f"refused ({errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())})"
+    except BaseException as error:
+        return f"refused ({type(error).__name__})"
+
+def write(path):
+    with open(path, "w") as handle:
+        handle.write("pwned")
+
+def read(path):
+    with open(path) as handle:
+        return handle.read()
+
+def probe():
+    MS_REMOUNT, MS_BIND = 32, 4096
+    results = {
+        "remount /sandbox rw": attempt(lambda: libc.mount(None, b"/sandbox", None, MS_REMOUNT | MS_BIND, None)),
+        "mount a tmpfs": attempt(lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
+        "write into /sandbox": attempt(lambda: write("/sandbox/pwned.py")),
+        "write into the venv": attempt(lambda: write(os.path.join(os.path.dirname(os.__file__), "pwned.py"))),
+        "symlink out of scratch": attempt(lambda: (os.symlink("/sandbox/worker.py", "link"), write("link"))),
+        "read /etc/shadow": attempt(lambda: read("/etc/shadow")),
+        "read the grader's environment": attempt(leak_environment),
+        "read the worker's memory": attempt(lambda: read(f"/proc/{os.getppid()}/mem")),
+        "ptrace the worker": attempt(lambda: libc.ptrace(16, os.getppid(), None, None)),
+        "signal the worker": attempt(lambda: os.kill(os.getppid(), signal.SIGKILL)),
+        "signal every process": attempt(lambda: os.kill(-1, signal.SIGKILL)),
+        "fork": attempt(lambda: os.fork()),
+        "run a program": attempt(lambda: subprocess.run(["/bin/true"])),
+        "open a network socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+        "new user namespace": attempt(lambda: libc.unshare(0x10000000)),
+        "fill the scratch space": attempt(lambda: write_big("big.bin", 300)),
+    }
+    print("x" * (50 << 20))  # a flood of output goes nowhere
+    return results
+
+def leak_environment():
+    seen = "".join(read(f"/proc/{pid}/environ") for pid in os.listdir("/proc") if pid.isdigit()
+                   and os.access(f"/proc/{pid}/environ", os.R_OK)) + str(os.environ)
+    if "AUTOGRADER_TEST_SECRET" not in seen:
+        raise PermissionError("not visible")
+
+def write_big(path, megabytes):
+    with open(path, "wb") as handle:
+        for _ in range(megabytes):
+            handle.write(b"\0" * (1 << 20))
+'''
+
+
+def test_a_submission_process_is_refused_everything_outside_its_scratch_space(monkeypatch):
+    monkeypatch.setenv("AUTOGRADER_TEST_SECRET", SECRET)
+    before = tree_digest(ROOT / "autograder")
+    with Worker(Limits()) as worker:
+        worker.start()
+        with StudentProcess(worker, [Cell("probe", PROBE)], Limits(call_timeout=20)) as process:
+            results = Student(process).call("probe")["output"]
+        # The worker survived it all and serves the next submission.
+        with StudentProcess(worker, [Cell("f", "def f():\n    return 42\n")], Limits()) as process:
+            assert Student(process).call("f")["output"] == 42
+    allowed = {action: result for action, result in results.items() if not result.startswith("refused")}
+    assert allowed == {}
+    assert tree_digest(ROOT / "autograder") == before
+    assert not (ROOT / "autograder" / "sandbox" / "pwned.py").exists()
+
+
+# -- part two: attacks graded as a class -------------------------------------------------------
+
+CORRECT_SDPA = solution_answers("scaled_attention")["sdpa"]
+
+FORGE = r'''
+import io, os, stat, struct
+def forge(value, raw=None):
+    """Write a framed message on every pipe this process may write to."""
+    if raw is None:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        raw = buffer.getvalue()
+    frame = struct.pack("!Q", len(raw)) + raw
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, frame)
+        except OSError:
+            pass
+'''
+
+ATTACKS = {
+    # forged frames on the reply pipe
+    "forged_event_without_index": FORGE + "forge(['dict', {'event': ['py', 'cell']}])\n" + CORRECT_SDPA,
+    "forged_deep_nesting": FORGE + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    nested = ['py', 0]\n    for _ in range(100):\n        nested = ['list', [nested]]\n"
+        "    forge(['dict', {'ok': ['py', True], 'value': nested}])"),
+    "forged_wrong_shape": FORGE + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    forge(['dict', {'ok': ['py', True], 'value': ['py', 5]}])"),
+    "forged_pickle_with_code": FORGE + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    forge(None, raw=b\"cos\\nsystem\\n(S'touch /tmp/pwned'\\ntR.\")"),
+    "forged_garbage": FORGE + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n    forge(None, raw=os.urandom(100))"),
+    "forged_expanded_tensor": FORGE + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    huge = ['tensor', torch.zeros(1, dtype=torch.float64).expand(100000, 100000)]\n"
+        "    forge(['dict', {'ok': ['py', True], 'value': ['dict', {'output': ['tuple', [huge, huge]],"
+        " 'input_grads': ['py', None]}]}])"),
+    # the shape of what comes back
+    "expanded_tensor": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                       "    huge = torch.zeros(1, dtype=torch.float64).expand(100000, 100000)\n"
+                       "    return huge, huge\n",
+    # LONE_SURROGATE becomes the JSON escape \ud800 in the notebook file (valid JSON, not valid UTF-8)
+    "lone_surrogate": "# LONE_SURROGATE a lone surrogate in the code\n"
+                      "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    raise ValueError('\\ud800 and a lone surrogate in the message')\n",
+    "unpicklable_return": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                          "    return (lambda: 1), object()\n",
+    # the host
+    "exfiltrate_secrets": "import os\n"
+                          "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                          "    found = []\n"
+                          "    for path in ('/etc/shadow', '/etc/gshadow', '/proc/1/environ', '/etc/passwd'):\n"
+                          "        try:\n            found.append(open(path).read())\n"
+                          "        except OSError as error:\n            found.append(str(error))\n"
+                          "    raise RuntimeError(' '.join(found) + ' ' + str(dict(os.environ)))\n",
+    "fork_bomb": "import os\ntry:\n    while True:\n        os.fork()\nexcept OSError:\n    pass\n"
+                 "def scaled_dot_product_attention(q, k, v, mask=None):\n    return None\n",
+    # the from-scratch rule
+    "aten_math_kernel": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                        "    out, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)\n"
+                        "    return out, w\n",
+    "builtin_then_reset_detector": CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "import sys\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    try:\n        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+        "    finally:\n        sys.modules['guard'].GUARD.used = False\n"),
+    "builtin_grabbed_while_loading": "_attention = torch._C._nn.scaled_dot_product_attention\n"
+                                     + CORRECT_SDPA.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    out = _attention(q, k, v, attn_mask=mask)"),
+    "builtin_module": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    d = q.shape[-1]\n    m = torch.nn.MultiheadAttention(d, 1, batch_first=True, bias=False).to(q.dtype)\n"
+                      "    return m(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:]))\n",
+}
+
+
+@pytest.fixture(scope="module")
+def class_of_attacks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    canary = solution_answers("scaled_attention")
+    for name, code in ATTACKS.items():
+        path = make_submission("scaled_attention", {"sdpa": code}, root / "submitted" / name / "scaled_attention")[0]
+        path.write_text(path.read_text().replace("LONE_SURROGATE", "\\ud800"))
+        make_submission("scaled_attention", canary, root / "submitted" / f"{name}_zcanary" / "scaled_attention")
+    before = tree_digest(ROOT / "autograder", ROOT / "solutions", ROOT / "exercises")
+    os.environ["AUTOGRADER_TEST_SECRET"] = SECRET
+    try:
+        process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
+                             "--db", f"sqlite:///{root / 'gradebook.db'}", "--jobs", "1", timeout=1200)
+    finally:
+        del os.environ["AUTOGRADER_TEST_SECRET"]
+    assert process.returncode == 0, process.stderr
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    after = tree_digest(ROOT / "autograder", ROOT / "solutions", ROOT / "exercises")
+    return root / "out", before == after, peak_mb, process.stdout + process.stderr
+
+
+def result_of(out, student):
+    return json.loads((out / "results" / student / "scaled_attention" / "results.json").read_text())
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_attack_gains_nothing_and_the_next_submission_is_graded(class_of_attacks, attack):
+    out, unchanged, _, _ = class_of_attacks
+    result = result_of(out, attack)
+    # Every attack's own function is broken or forbidden, so no attack may score anything.
+    assert result["score"] == 0, [t["name"] for t in result["tests"] if t["score"]]
+    canary = result_of(out, f"{attack}_zcanary")
+    assert canary["score"] == canary["max_score"] == COURSE.assignment("scaled_attention").max_score
+    assert unchanged
+    assert not os.path.exists("/tmp/pwned")
+
+
+def test_from_scratch_evasions_are_named_in_the_feedback(class_of_attacks):
+    out = class_of_attacks[0]
+    for attack in ("aten_math_kernel", "builtin_then_reset_detector", "builtin_grabbed_while_loading",
+                   "builtin_module"):
+        outputs = {test["output"] for test in result_of(out, attack)["tests"]}
+        assert any("built-in attention" in output for output in outputs), (attack, outputs)
+
+
+def test_no_host_secret_reaches_any_output(class_of_attacks):
+    out, _, _, log = class_of_attacks
+    texts = [path.read_text(errors="replace") for path in out.rglob("*") if path.is_file()
+             and path.suffix in (".json", ".md", ".csv", ".log")]
+    everything = "\n".join(texts) + log
+    assert SECRET not in everything
+    assert "root:" not in everything  # no line of an account database
+
+
+@pytest.mark.parametrize("attack,reason", [
+    ("forged_deep_nesting", "nested more than"), ("forged_wrong_shape", "malformed reply"),
+    ("forged_expanded_tensor", "over the size limit"), ("forged_garbage", "unreadable message"),
+    ("forged_pickle_with_code", "unreadable message")])
+def test_forged_and_oversized_replies_are_charged_to_the_submission(class_of_attacks, attack, reason):
+    outputs = " ".join(test["output"] for test in result_of(class_of_attacks[0], attack)["tests"])
+    assert reason in outputs
+
+
+def test_the_grader_never_holds_an_amplified_reply(class_of_attacks):
+    _, _, peak_mb, _ = class_of_attacks
+    assert peak_mb < 3000  # a single expanded tensor touched would be 80 GB
+
+
+def test_reported_losses_are_checked_against_the_returned_model(tmp_path):
+    answers = solution_answers("heads_at_work")
+    honest_idle = ("def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
+                   "    losses = []\n    for _ in range(steps):\n"
+                   "        logits, _ = model(inputs)\n"
+                   "        losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).item())\n"
+                   "    return losses\n")
+    liar = ("def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
+            "    return [1.6 * 0.97 ** step for step in range(steps)]\n")
+    for name, code in (("honest_idle", honest_idle), ("liar", liar)):
+        make_submission("heads_at_work", {**answers, "train_model": code}, tmp_path / "submitted" / name / "heads_at_work")
+    process = run_grader("grade-class", "--submitted", tmp_path / "submitted", "--out", tmp_path / "out",
+                         "--db", f"sqlite:///{tmp_path / 'gb.db'}")
+    assert process.returncode == 0, process.stderr
+
+    def train_model_score(student):
+        result = json.loads((tmp_path / "out" / "results" / student / "heads_at_work" / "results.json").read_text())
+        return sum(t["score"] for t in result["tests"] if t["name"].startswith("train_model"))
+    # The idle loop honestly reports one loss per step (1 point); the liar's losses are not believed.
+    assert train_model_score("liar") == 0 < train_model_score("honest_idle") == 1
