@@ -1,13 +1,27 @@
 # Everything runs from the repository's own virtual environment, created on first use.
 VENV      := .venv
 PYTHON    := $(VENV)/bin/python
-SUBMITTED ?= sample_class/submitted
+GRADER    := $(PYTHON) -m autograder
+
+# `make grade` with no SUBMITTED grades the sample class into its own folder and gradebook, so
+# the demo never touches the course's grading/ and gradebook.db.
+ifeq ($(origin SUBMITTED), undefined)
+SUBMITTED := sample_class/submitted
+OUT       ?= sample_class/graded
+DB        ?= sqlite:///$(CURDIR)/sample_class/gradebook.db
+else
 OUT       ?= grading
+DB        ?= sqlite:///$(CURDIR)/gradebook.db
+endif
+# Optional filters for make grade: STUDENT=glob ASSIGNMENT=id SHARD=K/N JOBS=n FORCE=1
+GRADE_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) \
+              $(if $(SHARD),--shard $(SHARD)) $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force)
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup grade report test release sample-class clean
+.PHONY: setup sandbox grade report test release sample-class bench merge student-kit gradescope \
+        student-grade clean-demo
 
 setup: $(VENV)/.installed sandbox
 
@@ -17,31 +31,54 @@ $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	touch $@
 
-# Student code runs inside bubblewrap when it is available; install it where we may.
+# Student code runs inside bubblewrap; install it where we may (root with apt-get).
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || \
 	  { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	    apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
-	  echo "note: bubblewrap (bwrap) is not installed; student code will run without a sandbox"
+	  echo "note: bubblewrap (bwrap) is not installed: grading will refuse to run student code"
 
 ## Grade every submission under $(SUBMITTED)/<student>/<assignment>/ (the sample class by default).
 grade: setup
-	$(PYTHON) -m autograder grade-class --submitted $(SUBMITTED) --out $(OUT)
+	$(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
 
-## The course's own test suite.
+## Item analysis of what make grade wrote.
 report: setup
-	$(PYTHON) -m autograder report --out $(OUT)
+	$(GRADER) report --out $(OUT)
 
+## The course's own test suite (what CI runs).
 test: setup
 	$(PYTHON) -m pytest tests
 
-## Regenerate exercises/ from solutions/ with nbgrader generate_assignment.
+## solutions/ -> exercises/ with nbgrader generate_assignment (ASSIGNMENT=id for one).
 release: setup
-	$(PYTHON) -m autograder release
+	$(GRADER) release $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
 ## Rebuild the sample class from the released notebooks (after `make release`).
 sample-class: setup
 	$(PYTHON) -m tests.sample_class
 
-clean:
-	rm -rf $(OUT) gradebook.db .pytest_cache
+## Grade a 204-notebook class with nbgrader autograde and with make grade, side by side.
+bench: setup
+	$(PYTHON) -m tests.bench
+
+## Combine the output folders of `make grade SHARD=K/N OUT=...` runs: make merge SHARDS="a b" OUT=grading
+merge: setup
+	$(GRADER) merge $(SHARDS) --out $(OUT) --db $(DB)
+
+## What students receive: student-kit/ and student-kit.zip.
+student-kit: setup
+	$(GRADER) student-kit --out student-kit
+
+## Gradescope's autograder.zip for one assignment: make gradescope ASSIGNMENT=masks
+gradescope: setup
+	$(GRADER) gradescope-zip --assignment $(ASSIGNMENT) --out autograder.zip
+
+## What a student's workflow runs: grade STUDENT_REPO, results under RESULTS.
+student-grade: setup
+	$(GRADER) grade-repo --repo $(STUDENT_REPO) --results $(RESULTS) \
+	  $(if $(GITHUB_STEP_SUMMARY),--summary $(GITHUB_STEP_SUMMARY))
+
+## Remove what the sample-class demo wrote (never the course's own grading/ or gradebook.db).
+clean-demo:
+	rm -rf sample_class/graded sample_class/gradebook.db

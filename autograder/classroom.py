@@ -150,7 +150,8 @@ def _work(course_path, out, tasks, events):
     from autograder.course import load_course
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    course, layout = load_course(course_path), Layout(out)
+    course = load_course(course_path)
+    layout = Layout(out, course.visibility())
     logging.basicConfig(filename=layout.log, level=logging.INFO)
     try:
         _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)))

@@ -20,6 +20,8 @@ def _grade(args, course):
 
     assignment = course.assignment(args.assignment)
     path = Path(args.notebook)
+    if not path.is_file():
+        raise CourseError(f"no notebook at {path}")
     if len(assignment.notebooks) != 1:
         by_name = {notebook.filename: notebook for notebook in assignment.notebooks}
         if path.name not in by_name:
@@ -33,8 +35,113 @@ def _grade(args, course):
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
-        write_json(result, Path(args.json))
+        write_json(result, Path(args.json), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
+    return 0
+
+
+def find_notebooks(folder):
+    return sorted(path for path in Path(folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in path.parts)
+
+
+def _gradescope(args, course):
+    """What run_autograder calls: grade the notebook in Gradescope's submission folder."""
+    from autograder.grading import open_grader
+    from autograder.results import SubmissionResult, not_graded, write_json
+
+    assignment = course.assignment(args.assignment)
+    expected = {notebook.filename for notebook in assignment.notebooks}
+    found = find_notebooks(args.submission)
+    named = [path for path in found if path.name in expected]
+    chosen, reason = {}, ""
+    if len(assignment.notebooks) == 1 and len(found) == 1:
+        chosen = {assignment.notebooks[0].name: found[0]}
+    elif named:
+        chosen = {path.stem: path for path in named}
+    elif not found:
+        reason = "no notebook (.ipynb) was found in the submission"
+    else:
+        reason = (f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
+                  f"submit only {', '.join(sorted(expected))}")
+    if reason:
+        result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
+    else:
+        result = open_grader(course, lambda grader: grader.grade_submission(
+            assignment, args.submission, notebooks=chosen), assignments=[assignment.id])
+    write_json(result, Path(args.results), course.visibility())
+    print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
+    return 0
+
+
+def _grade_repo(args, course):
+    """What a student's workflow calls: grade every assignment's notebook found in a repository."""
+    from autograder.grading import open_grader
+    from autograder.results import write_json
+
+    repo = Path(args.repo)
+    if not repo.is_dir():
+        raise CourseError(f"no repository at {repo}")
+    present = []
+    for assignment in course.assignments:
+        paths = {}
+        for notebook in assignment.notebooks:
+            for candidate in (repo / assignment.id / notebook.filename,
+                              repo / "exercises" / assignment.id / notebook.filename):
+                if candidate.is_file():
+                    paths[notebook.name] = candidate
+                    break
+        if paths:
+            present.append((assignment, paths))
+    if not present:
+        raise CourseError(f"no notebook of this course under {repo}/<assignment>/")
+
+    def body(grader):
+        return [grader.grade_submission(assignment, repo, notebooks=paths) for assignment, paths in present]
+    results = open_grader(course, body, assignments=[assignment.id for assignment, _ in present])
+    for result in results:
+        write_json(result, Path(args.results) / result.assignment / "results.json", course.visibility())
+    summary = student_summary(results)
+    if args.summary:
+        with open(args.summary, "a", encoding="utf-8") as handle:
+            handle.write(summary)
+    print(summary)
+    total, possible = sum(r.score for r in results), sum(r.max_score for r in results)
+    if course.fail_under is not None and possible and 100 * total / possible < course.fail_under:
+        print(f"error: {100 * total / possible:.0f}% is under the course's {course.fail_under:g}%",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def student_summary(results):
+    """Markdown for $GITHUB_STEP_SUMMARY: the score per assignment and exercise, and the feedback."""
+    lines = ["# Autograder", "", "| assignment | exercise | score |", "|---|---|---|"]
+    for result in results:
+        per_exercise = {}
+        for test in result.tests:
+            got, possible = per_exercise.get(test.exercise, (0.0, 0.0))
+            per_exercise[test.exercise] = (got + test.score, possible + test.max_score)
+        for exercise, (got, possible) in per_exercise.items():
+            lines.append(f"| {result.assignment} | {exercise} | {got:g} / {possible:g} |")
+        lines.append(f"| **{result.assignment}** | **total** | **{result.score:g} / {result.max_score:g}** |")
+    lines += ["", "This score is feedback; the grade of record comes from your instructor's run.", ""]
+    for result in results:
+        lines += ["<details><summary>" + f"Feedback: {result.assignment}" + "</summary>", "",
+                  result.feedback(), "", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _student_kit(args, course):
+    from autograder.kits import build_student_kit
+    archive = build_student_kit(course, Path(args.out))
+    print(f"Student kit: {args.out}/ and {archive}")
+    return 0
+
+
+def _gradescope_zip(args, course):
+    from autograder.kits import build_gradescope
+    archive = build_gradescope(course, course.assignment(args.assignment), Path(args.out))
+    print(f"Gradescope autograder: {archive} (upload it as the assignment's autograder)")
     return 0
 
 
@@ -59,7 +166,7 @@ def _grade_class(args, course):
         course.assignment(assignment)  # an unknown id is an error, not an empty run
     if course.limits.sandbox != "none":
         probe()
-    layout = Layout(args.out)
+    layout = Layout(args.out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=layout.log, level=logging.INFO, force=True)
     tasks, pending = classroom.select_tasks(course, submitted, layout, assignments=args.assignment,
@@ -163,6 +270,27 @@ def parser():
     merge.add_argument("--out", required=True, help="the combined output folder")
     merge.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
     merge.set_defaults(run=_merge)
+
+    scope = commands.add_parser("gradescope", help="grade Gradescope's submission folder (run_autograder calls it)")
+    scope.add_argument("--assignment", required=True)
+    scope.add_argument("--submission", default="/autograder/submission")
+    scope.add_argument("--results", default="/autograder/results/results.json")
+    scope.set_defaults(run=_gradescope)
+
+    repo = commands.add_parser("grade-repo", help="grade a student's repository (the workflow calls it)")
+    repo.add_argument("--repo", required=True)
+    repo.add_argument("--results", required=True, help="folder for <assignment>/results.json")
+    repo.add_argument("--summary", default=None, help="append the markdown summary here ($GITHUB_STEP_SUMMARY)")
+    repo.set_defaults(run=_grade_repo)
+
+    kit = commands.add_parser("student-kit", help="build what students receive")
+    kit.add_argument("--out", default="student-kit")
+    kit.set_defaults(run=_student_kit)
+
+    zipped = commands.add_parser("gradescope-zip", help="build Gradescope's autograder.zip for one assignment")
+    zipped.add_argument("--assignment", required=True)
+    zipped.add_argument("--out", default="autograder.zip")
+    zipped.set_defaults(run=_gradescope_zip)
 
     report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
     report.add_argument("--out", default="grading", help="the folder grade-class wrote")

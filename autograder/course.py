@@ -22,6 +22,7 @@ class Exercise:
     suite: Path
     points: dict            # hidden test name -> points
     from_scratch: bool = False  # calling torch's built-in attention scores nothing
+    visibility: str = "visible"  # Gradescope: visible, after_due_date, after_published or hidden
 
     @property
     def check_cell(self):
@@ -65,6 +66,12 @@ class Course:
     assignments: list
     root: Path = ROOT
     limits: Limits = field(default_factory=Limits)
+    fail_under: float = None        # grade-repo fails the student's workflow under this percentage
+    torch_index_url: str = ""       # Gradescope: an extra index with PyTorch's CPU-only wheels
+
+    def visibility(self):
+        """exercise id -> when Gradescope shows its tests to students."""
+        return {e.id: e.visibility for a in self.assignments for e in a.exercises}
 
     def assignment(self, assignment_id):
         for assignment in self.assignments:
@@ -81,6 +88,7 @@ class Course:
 
 
 SANDBOX_MODES = ("bwrap", "none")
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 
 
 def _limits(base, overrides, where):
@@ -101,9 +109,12 @@ def _exercise(raw, where):
         points = {str(name): float(value) for name, value in raw["points"].items()}
         exercise = Exercise(id=str(raw["id"]), title=str(raw.get("title", raw["id"])),
                             suite=SUITES / raw["suite"], points=points,
-                            from_scratch=bool(raw.get("from_scratch", False)))
+                            from_scratch=bool(raw.get("from_scratch", False)),
+                            visibility=str(raw.get("visibility", "visible")))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CourseError(f"{where}: an exercise needs id, suite and points ({error})") from None
+    if exercise.visibility not in VISIBILITIES:
+        raise CourseError(f"{where}: visibility must be one of {', '.join(VISIBILITIES)}")
     if not exercise.suite.is_file():
         raise CourseError(f"{where}: suite {raw['suite']} not found in autograder/suites/")
     return exercise
@@ -130,5 +141,9 @@ def load_course(path=None):
     ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
     if len(ids) != len(set(ids)):
         raise CourseError("exercise ids must be unique across the course")
+    github = raw.get("github") or {}
+    gradescope = raw.get("gradescope") or {}
+    fail_under = github.get("fail_under_percent")
     return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
-                  limits=default_limits)
+                  limits=default_limits, fail_under=None if fail_under is None else float(fail_under),
+                  torch_index_url=str(gradescope.get("torch_index_url") or ""))

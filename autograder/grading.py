@@ -61,21 +61,25 @@ class Grader:
             check_belongs(program, notebook, self.course)                             # 2
         except SubmissionError as error:
             return not_graded(notebook, str(error))
+        reference = reference_namespace(self.course.source_notebook(assignment, notebook))
         process = StudentProcess(self.worker, program.cells, assignment.limits)
         try:
             try:
                 process.start()                                                       # 3
             except StudentFailure as error:
                 return not_graded(notebook, f"the notebook could not be run: {error}")
+            loaded = time.monotonic()
             student = Student(process, [e.id for e in notebook.exercises if e.from_scratch])
-            reference = reference_namespace(self.course.source_notebook(assignment, notebook))
             outcomes = self.suites.run(notebook.exercises, student, reference)        # 4
+            checked = time.monotonic()
         finally:
             process.close()
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
         broken = rules.broken_rules(notebook.exercises, student)                      # 5
-        return score_notebook(notebook, outcomes, process.cell_reports, broken)      # 6
+        result = score_notebook(notebook, outcomes, process.cell_reports, broken)    # 6
+        result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
+        return result
 
 
 def open_grader(course, body, assignments=None):

@@ -16,8 +16,9 @@ from autograder.results import from_record, to_record, write_atomic, write_json
 
 
 class Layout:
-    def __init__(self, out):
+    def __init__(self, out, visibility=None):
         self.out = Path(out)
+        self.visibility = visibility  # exercise id -> Gradescope visibility (course.visibility())
         self.grades_csv = self.out / "grades.csv"
         self.wide_csv = self.out / "grades_wide.csv"
         self.log = self.out / "grader.log"
@@ -36,7 +37,7 @@ class Layout:
 
     def save(self, result, **extra):
         """Write one graded submission; the record goes last, so it marks a complete write."""
-        write_json(result, self.results_json(result.student, result.assignment))
+        write_json(result, self.results_json(result.student, result.assignment), self.visibility)
         write_atomic(self.feedback(result.student, result.assignment), result.feedback())
         write_atomic(self.record_path(result.student, result.assignment),
                      json.dumps(to_record(result, **extra), indent=1))

@@ -1,8 +1,18 @@
-"""make release: write course.yml's points into the solution notebooks, then let nbgrader
-generate the student versions in exercises/."""
+"""make release: write course.yml's points into the solution notebooks, let nbgrader generate the
+student versions, and put them in exercises/ without ever losing anything.
 
+nbgrader's generate_assignment runs in a scratch copy of the course (with a scratch gradebook),
+so it can neither delete exercises/ (its --force does) nor refuse half-way.  A released notebook
+is then replaced only when its cells changed; and when students have already submitted an
+assignment whose notebook would change, nothing is written and the user is told why.
+"""
+
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import nbformat
 
@@ -35,10 +45,61 @@ def stamp_points(course, assignment):
     return changed
 
 
-def release(course, assignment_ids=None):
-    for assignment in course.assignments:
-        if assignment_ids and assignment.id not in assignment_ids:
-            continue
+def comparable(path):
+    """What makes two releases the same notebook for a student: the cells, not the file's bytes."""
+    nb = nbformat.read(path, as_version=4)
+    return [(cell.cell_type, cell.source, cell.get("metadata", {}).get("nbgrader")) for cell in nb.cells]
+
+
+def generate(course, assignment, scratch):
+    """nbgrader generate_assignment in a scratch copy of the course; returns the released folder."""
+    shutil.copytree(course.root / "solutions" / assignment.id, scratch / "solutions" / assignment.id)
+    shutil.copy(course.root / "nbgrader_config.py", scratch / "nbgrader_config.py")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    process = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
+                              "--log-level=ERROR"], cwd=scratch, capture_output=True, text=True, env=env)
+    if process.returncode != 0:
+        last = (process.stderr.strip().splitlines() or ["no message"])[-1]
+        raise CourseError(f"nbgrader could not release {assignment.id}: {last}")
+    return scratch / "exercises" / assignment.id
+
+
+def submissions_in_gradebook(db_url, assignment_id):
+    from nbgrader.api import Gradebook, MissingEntry
+    try:
+        with Gradebook(db_url) as gradebook:
+            return len(gradebook.find_assignment(assignment_id).submissions)
+    except MissingEntry:
+        return 0
+
+
+def release(course, assignment_ids=None, db_url=None):
+    db_url = db_url or f"sqlite:///{course.root / 'gradebook.db'}"
+    selected = [a for a in course.assignments if not assignment_ids or a.id in assignment_ids]
+    if assignment_ids:
+        for assignment_id in assignment_ids:
+            course.assignment(assignment_id)  # an unknown id is an error
+    for assignment in selected:
         stamp_points(course, assignment)
-        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
-                        "--force", "--log-level=WARN"], cwd=course.root, check=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            released = generate(course, assignment, Path(scratch))
+            changed = []
+            for notebook in assignment.notebooks:
+                new, current = released / notebook.filename, course.release_notebook(assignment, notebook)
+                if not current.exists() or comparable(new) != comparable(current):
+                    changed.append((new, current))
+            if changed and (db_url.startswith("sqlite:///") and Path(db_url[10:]).exists()):
+                count = submissions_in_gradebook(db_url, assignment.id)
+                if count:
+                    names = ", ".join(current.name for _, current in changed)
+                    raise CourseError(
+                        f"{assignment.id} already has {count} submission(s) in the gradebook and its released "
+                        f"notebook would change ({names}); nothing was written. Release the change as a new "
+                        "assignment, or remove those submissions first")
+            for new, current in changed:
+                current.parent.mkdir(parents=True, exist_ok=True)
+                temporary = current.with_name(f".{current.name}.new")
+                shutil.copyfile(new, temporary)
+                os.replace(temporary, current)
+            print(f"{assignment.id}: " + (f"released {', '.join(c.name for _, c in changed)}" if changed
+                                          else "unchanged"))

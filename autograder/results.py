@@ -41,6 +41,8 @@ class NotebookResult(Scored):
     tests: list
     reason: str = ""                 # why nothing could be graded, if so
     notes: list = field(default_factory=list)  # remarks about cells (syntax errors, time-outs)
+    load_seconds: float = 0.0        # forking the child and running the cells
+    suite_seconds: float = 0.0       # the hidden checks
 
 
 def zero_results(exercises, output):
@@ -73,8 +75,10 @@ class SubmissionResult(Scored):
     def status(self):
         return "not graded" if self.reason else "graded"
 
-    def gradescope(self, visibility="visible"):
-        """The shape Gradescope reads from results.json."""
+    def gradescope(self, visibility=None):
+        """The shape Gradescope reads from results.json; visibility: exercise id -> when its
+        tests are shown (default: visible)."""
+        visibility = visibility or {}
         return {
             "score": round(self.score, 4),
             "max_score": round(self.max_score, 4),
@@ -83,7 +87,8 @@ class SubmissionResult(Scored):
             "stdout_visibility": "hidden",
             "tests": [{"name": test.name, "score": round(test.score, 4), "max_score": test.max_score,
                        "status": "passed" if test.score >= test.max_score else "failed",
-                       "output": test.output, "visibility": visibility} for test in self.tests],
+                       "output": test.output, "visibility": visibility.get(test.exercise, "visible")}
+                      for test in self.tests],
         }
 
     def csv_row(self):
@@ -117,8 +122,8 @@ def write_atomic(path, text):
     os.replace(temporary, path)
 
 
-def write_json(result, path):
-    write_atomic(path, json.dumps(result.gradescope(), indent=2))
+def write_json(result, path, visibility=None):
+    write_atomic(path, json.dumps(result.gradescope(visibility), indent=2))
 
 
 def csv_text(results):
@@ -140,6 +145,7 @@ def to_record(result, **extra):
     return {"student": result.student, "assignment": result.assignment,
             "execution_time": round(result.seconds, 3), **extra,
             "notebooks": [{"notebook": nb.notebook, "reason": nb.reason, "notes": nb.notes,
+                           "load_seconds": round(nb.load_seconds, 3), "suite_seconds": round(nb.suite_seconds, 3),
                            "tests": [vars(test) for test in nb.tests]} for nb in result.notebooks]}
 
 
@@ -147,5 +153,7 @@ def from_record(record):
     result = SubmissionResult(record["student"], record["assignment"], seconds=record.get("execution_time", 0.0))
     for nb in record["notebooks"]:
         result.notebooks.append(NotebookResult(nb["notebook"], [TestResult(**test) for test in nb["tests"]],
-                                               reason=nb.get("reason", ""), notes=nb.get("notes", [])))
+                                               reason=nb.get("reason", ""), notes=nb.get("notes", []),
+                                               load_seconds=nb.get("load_seconds", 0.0),
+                                               suite_seconds=nb.get("suite_seconds", 0.0)))
     return result

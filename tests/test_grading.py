@@ -1,4 +1,5 @@
-"""End-to-end grading of single notebooks through `python -m autograder grade`."""
+"""End-to-end grading: every case below is a submission in one class folder, graded once with
+`grade-class` (the command instructors run); each test then reads its own results."""
 
 import json
 
@@ -11,99 +12,75 @@ from tests.sample_class import MHA_SUBCLASS, SDPA_UNSCALED
 
 ASSIGNMENTS = [assignment.id for assignment in COURSE.assignments]
 
+CORRUPT = {
+    "corrupt_empty": (b"", "is empty"),
+    "corrupt_truncated": (b'{"cells": [', "not a readable notebook"),
+    "corrupt_binary": (b"\x89PNG\r\n\x1a\n\x00\x00binary", "not a readable notebook"),
+    "corrupt_not_a_notebook": (b'{"hello": "world"}', "not a readable notebook"),
+    "corrupt_a_list": (b'[1, 2, 3]', "not a readable notebook"),
+}
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_solutions_get_full_marks(grade, assignment):
-    for notebook in COURSE.assignment(assignment).notebooks:
-        result, _ = grade(assignment, COURSE.source_notebook(COURSE.assignment(assignment), notebook))
-        failed = [(t["name"], t["output"]) for t in result["tests"] if t["score"] != t["max_score"]]
-        assert failed == []
-        assert result["score"] == result["max_score"] > 0
+PATCHED = ("import sys, numpy\n"
+           "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
+           "torch.Tensor.__eq__ = lambda *a: True\nnumpy.allclose = lambda *a, **k: True\n"
+           "import builtins; builtins.isinstance = lambda *a: True\n"
+           "print('score 13/13'); print('PASSED', file=sys.stderr)\n" + SDPA_UNSCALED)
 
-
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_untouched_release_gets_zero(grade, assignment):
-    for notebook in COURSE.assignment(assignment).notebooks:
-        result, _ = grade(assignment, COURSE.release_notebook(COURSE.assignment(assignment), notebook))
-        assert result["score"] == 0 and result["max_score"] > 0
-        assert all("NotImplementedError" in t["output"] for t in result["tests"])
-
-
-def write(tmp_path, name, data):
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path
-
-
-@pytest.mark.parametrize("content,reason", [
-    (b"", "is empty"),
-    (b'{"cells": [', "not a readable notebook"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00binary", "not a readable notebook"),
-    (b'{"hello": "world"}', "not a readable notebook"),
-    (b'[1, 2, 3]', "not a readable notebook"),
-])
-def test_corrupt_notebooks_score_zero_with_one_line_reason(tmp_path, content, reason):
-    path = write(tmp_path, "scaled_attention.ipynb", content)
-    out = tmp_path / "results.json"
-    process = run_grader("grade", "--assignment", "scaled_attention", path, "--json", out)
-    assert process.returncode == 0
-    assert "Traceback" not in process.stdout + process.stderr
-    result = json.loads(out.read_text())
-    assert result["score"] == 0 and result["max_score"] == COURSE.assignment("scaled_attention").max_score
-    assert reason in result["output"] and "\n" not in result["output"]
+BUILTIN = ("def scaled_dot_product_attention(q, k, v, mask=None):\n"
+           "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+           "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+           "    if mask is not None:\n"
+           "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+           "    return out, torch.softmax(scores, -1).nan_to_num(0.0)\n")
+BUILTIN_HIDDEN = "sdpa = getattr(F, 'scaled_' + 'dot_product_attention')\n" + BUILTIN.replace(
+    "F.scaled_dot_product_attention", "sdpa")
 
 
-def test_missing_notebook_and_bad_arguments_give_clean_errors(tmp_path):
-    process = run_grader("grade", "--assignment", "scaled_attention", tmp_path / "nope.ipynb",
-                         "--json", tmp_path / "r.json")
-    assert process.returncode == 0 and "missing" in json.loads((tmp_path / "r.json").read_text())["output"]
-    process = run_grader("grade", "--assignment", "no_such_assignment", tmp_path / "nope.ipynb")
-    assert process.returncode == 2 and process.stderr.startswith("error: unknown assignment")
-    assert "Traceback" not in process.stderr
+def _looping_heads():
+    return solution_answers("multi_head")["heads"].replace(
+        "    B, H, S, d_k = x.shape\n", "    B, H, S, d_k = x.shape\n    while True:\n        pass\n")
 
 
-def test_monkeypatching_and_printing_gain_nothing(grade, tmp_path):
-    honest = make_submission("scaled_attention", {"sdpa": SDPA_UNSCALED}, tmp_path / "honest")[0]
-    patched_code = ("import sys, numpy\n"
-                    "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
-                    "torch.Tensor.__eq__ = lambda *a: True\nnumpy.allclose = lambda *a, **k: True\n"
-                    "import builtins; builtins.isinstance = lambda *a: True\n"
-                    "print('score 13/13'); print('PASSED', file=sys.stderr)\n" + SDPA_UNSCALED)
-    patched = make_submission("scaled_attention", {"sdpa": patched_code}, tmp_path / "patched")[0]
-    honest_result, _ = grade("scaled_attention", honest)
-    patched_result, _ = grade("scaled_attention", patched)
-    assert 0 < honest_result["score"] < honest_result["max_score"]
-    assert patched_result["score"] <= honest_result["score"]
+def _mha_syntax_error():
+    return solution_answers("multi_head")["mha"].replace(
+        "def forward(self, query, key, value, mask=None):", "def forward(self, query, key, value, mask=None)")
 
 
-def test_tensor_subclass_outputs_gain_nothing(grade, tmp_path):
-    answers = {**solution_answers("multi_head"), "mha": MHA_SUBCLASS}
-    path = make_submission("multi_head", answers, tmp_path)[0]
-    result, _ = grade("multi_head", path)
-    by_name = {t["name"]: t for t in result["tests"]}
-    assert by_name["mha: test_matches_torch_multihead_attention"]["score"] == 0
-    assert by_name["mha: test_weights_rows_sum_to_one"]["score"] == 0
+def _printing_sdpa():
+    return ("import sys, warnings\nprint('debug: defining attention')\n"
+            "print('to stderr', file=sys.stderr)\nwarnings.warn('a harmless warning')\n"
+            + solution_answers("scaled_attention")["sdpa"].replace(
+                '    d_k = q.size(-1)\n',
+                '    d_k = q.size(-1)\n    print("shapes", q.shape)\n    warnings.warn("careful")\n'))
 
 
-def test_builtin_attention_scores_nothing_with_a_message(grade, tmp_path):
-    code = ("def scaled_dot_product_attention(q, k, v, mask=None):\n"
-            "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
-            "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
-            "    if mask is not None:\n"
-            "        scores = scores.masked_fill(~mask, float('-inf'))\n"
-            "    return out, torch.softmax(scores, -1).nan_to_num(0.0)\n")
-    hidden = "sdpa = getattr(F, 'scaled_' + 'dot_product_attention')\n" + code.replace(
-        "F.scaled_dot_product_attention", "sdpa")
-    for source in (code, hidden):
-        path = make_submission("scaled_attention", {"sdpa": source}, tmp_path / str(len(source)))[0]
-        result, _ = grade("scaled_attention", path)
-        assert result["score"] == 0
-        assert all("built-in attention" in t["output"] for t in result["tests"])
-
-
-def test_edited_metadata_and_deleted_test_cells_change_nothing(grade, tmp_path):
-    path = make_submission("scaled_attention", {"sdpa": SDPA_UNSCALED}, tmp_path)[0]
-    baseline, _ = grade("scaled_attention", path)
+def build(submitted):
+    for assignment in ASSIGNMENTS:
+        for notebook in COURSE.assignment(assignment).notebooks:
+            folder = submitted / f"solution_{assignment}" / assignment
+            folder.mkdir(parents=True)
+            (folder / notebook.filename).write_bytes(
+                COURSE.source_notebook(COURSE.assignment(assignment), notebook).read_bytes())
+        make_submission(assignment, {}, submitted / f"untouched_{assignment}" / assignment)
+    for case, (content, _) in CORRUPT.items():
+        (submitted / case / "scaled_attention").mkdir(parents=True)
+        (submitted / case / "scaled_attention" / "scaled_attention.ipynb").write_bytes(content)
+    cases = {
+        "honest_unscaled": ("scaled_attention", {"sdpa": SDPA_UNSCALED}),
+        "patched_unscaled": ("scaled_attention", {"sdpa": PATCHED}),
+        "tensor_subclass": ("multi_head", {**solution_answers("multi_head"), "mha": MHA_SUBCLASS}),
+        "builtin": ("scaled_attention", {"sdpa": BUILTIN}),
+        "builtin_hidden": ("scaled_attention", {"sdpa": BUILTIN_HIDDEN}),
+        "edited_metadata": ("scaled_attention", {"sdpa": SDPA_UNSCALED}),
+        "looping_heads": ("multi_head", {**solution_answers("multi_head"), "heads": _looping_heads()}),
+        "mha_syntax_error": ("multi_head", {**solution_answers("multi_head"), "mha": _mha_syntax_error()}),
+        "prints_and_warns": ("scaled_attention", {**solution_answers("scaled_attention"), "sdpa": _printing_sdpa()}),
+        "huge_outputs": ("scaled_attention", solution_answers("scaled_attention")),
+    }
+    for case, (assignment, answers) in cases.items():
+        make_submission(assignment, answers, submitted / case / assignment)
+    # Edited points and deleted test cells change nothing.
+    path = submitted / "edited_metadata" / "scaled_attention" / "scaled_attention.ipynb"
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -112,26 +89,92 @@ def test_edited_metadata_and_deleted_test_cells_change_nothing(grade, tmp_path):
             cell.source = "print('all good')"
     nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
     nbformat.write(nb, path)
-    edited, _ = grade("scaled_attention", path)
+    # 34 MB of cell output: outputs are never read, so they cost nothing.
+    path = submitted / "huge_outputs" / "scaled_attention" / "scaled_attention.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * (34 << 20))]
+    nbformat.write(nb, path)
+    # A masks notebook handed in as scaled_attention: it holds a working attention in a read-only
+    # cell, but none of scaled_attention's answer cells.
+    folder = submitted / "wrong_notebook" / "scaled_attention"
+    folder.mkdir(parents=True)
+    masks = COURSE.assignment("masks")
+    (folder / "scaled_attention.ipynb").write_bytes(
+        COURSE.source_notebook(masks, masks.notebooks[0]).read_bytes())
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    build(root / "submitted")
+    process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
+                         "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=1800)
+    assert process.returncode == 0, process.stderr
+
+    def result(case, assignment):
+        return json.loads((root / "out" / "results" / case / assignment / "results.json").read_text())
+    return result
+
+
+def by_name(result):
+    return {test["name"]: test for test in result["tests"]}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solutions_get_full_marks(graded, assignment):
+    result = graded(f"solution_{assignment}", assignment)
+    failed = [(t["name"], t["output"]) for t in result["tests"] if t["score"] != t["max_score"]]
+    assert failed == []
+    assert result["score"] == result["max_score"] == COURSE.assignment(assignment).max_score
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_release_gets_zero(graded, assignment):
+    result = graded(f"untouched_{assignment}", assignment)
+    assert result["score"] == 0 and result["max_score"] > 0
+    assert all("NotImplementedError" in t["output"] for t in result["tests"])
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_corrupt_notebooks_score_zero_with_one_line_reason(graded, case):
+    result = graded(case, "scaled_attention")
+    assert result["score"] == 0 and result["max_score"] == COURSE.assignment("scaled_attention").max_score
+    assert CORRUPT[case][1] in result["output"] and "\n" not in result["output"]
+
+
+def test_monkeypatching_and_printing_gain_nothing(graded):
+    honest, patched = graded("honest_unscaled", "scaled_attention"), graded("patched_unscaled", "scaled_attention")
+    assert 0 < honest["score"] < honest["max_score"]
+    assert patched["score"] <= honest["score"]
+
+
+def test_tensor_subclass_outputs_gain_nothing(graded):
+    tests = by_name(graded("tensor_subclass", "multi_head"))
+    assert tests["mha: test_matches_torch_multihead_attention"]["score"] == 0
+    assert tests["mha: test_weights_rows_sum_to_one"]["score"] == 0
+
+
+@pytest.mark.parametrize("case", ["builtin", "builtin_hidden"])
+def test_builtin_attention_scores_nothing_with_a_message(graded, case):
+    result = graded(case, "scaled_attention")
+    assert result["score"] == 0
+    assert all("built-in attention" in t["output"] for t in result["tests"])
+
+
+def test_edited_metadata_and_deleted_test_cells_change_nothing(graded):
+    edited, baseline = graded("edited_metadata", "scaled_attention"), graded("honest_unscaled", "scaled_attention")
     assert edited["score"] == baseline["score"] and edited["max_score"] == baseline["max_score"]
 
 
-def test_infinite_loop_costs_only_that_function(grade, tmp_path):
-    looping = solution_answers("multi_head")["heads"].replace(
-        "    B, H, S, d_k = x.shape\n", "    B, H, S, d_k = x.shape\n    while True:\n        pass\n")
-    path = make_submission("multi_head", {**solution_answers("multi_head"), "heads": looping}, tmp_path)[0]
-    result, _ = grade("multi_head", path)
-    by_name = {t["name"]: t for t in result["tests"]}
-    assert by_name["heads: test_split_heads_layout"]["score"] == 1
-    assert by_name["heads: test_merge_heads_layout"]["score"] == 0
-    assert "did not finish" in by_name["heads: test_merge_heads_layout"]["output"]
+def test_infinite_loop_costs_only_that_function(graded):
+    tests = by_name(graded("looping_heads", "multi_head"))
+    assert tests["heads: test_split_heads_layout"]["score"] == 1
+    assert tests["heads: test_merge_heads_layout"]["score"] == 0
+    assert "did not finish" in tests["heads: test_merge_heads_layout"]["output"]
 
 
-def test_syntax_error_costs_only_what_its_cell_defines(grade, tmp_path):
-    answers = solution_answers("multi_head")
-    answers["mha"] = answers["mha"].replace("def forward(self, query, key, value, mask=None):",
-                                            "def forward(self, query, key, value, mask=None)")
-    result, _ = grade("multi_head", make_submission("multi_head", answers, tmp_path)[0])
+def test_syntax_error_costs_only_what_its_cell_defines(graded):
+    result = graded("mha_syntax_error", "multi_head")
     totals = scores_by_exercise(result)
     heads = next(e for e in COURSE.assignment("multi_head").exercises if e.id == "heads")
     assert totals["heads"] == heads.max_score
@@ -139,12 +182,44 @@ def test_syntax_error_costs_only_what_its_cell_defines(grade, tmp_path):
     assert any("syntax error" in t["output"] for t in result["tests"] if t["name"].startswith("mha"))
 
 
-def test_correct_solution_that_prints_and_warns_gets_full_marks(grade, tmp_path):
-    answers = solution_answers("scaled_attention")
-    answers["sdpa"] = ("import sys, warnings\nprint('debug: defining attention')\n"
-                       "print('to stderr', file=sys.stderr)\nwarnings.warn('a harmless warning')\n"
-                       + answers["sdpa"].replace('    d_k = q.size(-1)\n',
-                                                 '    d_k = q.size(-1)\n    print("shapes", q.shape)\n'
-                                                 '    warnings.warn("careful")\n'))
-    result, _ = grade("scaled_attention", make_submission("scaled_attention", answers, tmp_path)[0])
+def test_correct_solution_that_prints_and_warns_gets_full_marks(graded):
+    result = graded("prints_and_warns", "scaled_attention")
     assert result["score"] == result["max_score"]
+
+
+def test_outputs_never_cost_points(graded):
+    result = graded("huge_outputs", "scaled_attention")
+    assert result["score"] == result["max_score"]
+
+
+def test_a_notebook_of_another_assignment_is_not_graded(graded):
+    result = graded("wrong_notebook", "scaled_attention")
+    assert result["score"] == 0
+    assert "none of the answer cells" in result["output"] and "looks like masks" in result["output"]
+
+
+def test_one_notebook_from_the_command_line(tmp_path):
+    """What Gradescope runs: any file name, a results.json with Gradescope's fields."""
+    source = COURSE.assignment("scaled_attention")
+    path = tmp_path / "my submission.ipynb"
+    path.write_bytes(COURSE.source_notebook(source, source.notebooks[0]).read_bytes())
+    process = run_grader("grade", "--assignment", "scaled_attention", path, "--json", tmp_path / "r.json")
+    assert process.returncode == 0, process.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["score"] == result["max_score"] == source.max_score
+    assert {"execution_time", "output", "stdout_visibility"} <= set(result)
+    assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(result["tests"][0])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["grade", "--assignment", "scaled_attention", "/nonexistent/nb.ipynb"], "no notebook at"),
+    (["grade", "--assignment", "no_such_assignment", "/nonexistent/nb.ipynb"], "unknown assignment"),
+    (["grade-class", "--submitted", "/nonexistent"], "no submissions folder"),
+    (["grade-class", "--submitted", "sample_class/submitted", "--assignment", "nope"], "unknown assignment"),
+    (["grade-class", "--submitted", "sample_class/submitted", "--student", "nobody_*"], "no submissions found"),
+])
+def test_bad_input_is_one_line_and_a_nonzero_exit(args, message):
+    process = run_grader(*args)
+    assert process.returncode == 2
+    assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in process.stderr

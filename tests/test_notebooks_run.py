@@ -23,8 +23,8 @@ def execute(path):
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
-def test_solution_notebook_runs_top_to_bottom_within_a_minute(assignment, notebook):
-    assert execute(COURSE.source_notebook(assignment, notebook)) < 60
+def test_solution_notebook_runs_top_to_bottom(assignment, notebook):
+    execute(COURSE.source_notebook(assignment, notebook))  # its run time is measured by make bench
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)

@@ -16,7 +16,9 @@ SEQUENCES = 128
 THRESHOLD = 0.9  # a correct loop reaches about 1.0 within 60 steps
 
 
-def losses_of(student, reference, num_heads=4):
+def losses_of(student, reference, num_heads=4, believed=True):
+    """(reported losses, the trained model, its loss recomputed here); with `believed`, the last
+    reported loss must agree with the recomputed one."""
     losses, model, (inputs, targets) = A.trained_pattern_model(student, reference, num_heads, STEPS, SEQUENCES)
     if isinstance(losses, torch.Tensor):
         losses = losses.tolist()
@@ -31,7 +33,7 @@ def losses_of(student, reference, num_heads=4):
         values.append(float(loss))
     checks.require(values, "train_model returned an empty list.", "Record one loss per optimiser step.")
     actual = A.pattern_loss(model, inputs, targets)
-    checks.require(abs(values[-1] - actual) <= 0.05 + 0.1 * actual,
+    checks.require(not believed or abs(values[-1] - actual) <= 0.05 + 0.1 * actual,
                    f"The last loss train_model reported is {values[-1]:.3f}, but the parameters it left in "
                    f"the model give a loss of {actual:.3f} on the same batch.",
                    "Report the loss each step actually computed (loss.item()), on the model being trained.")
@@ -61,7 +63,7 @@ def test_loss_decreases(student, reference):
 
 
 def test_learns_the_pattern(student, reference):
-    _, model, _ = losses_of(student, reference)
+    _, model, _ = losses_of(student, reference, believed=False)
     accuracy = held_out_accuracy(reference, model)
     checks.require(accuracy >= THRESHOLD,
                    f"After training, the 4-head model predicts {accuracy:.0%} of held-out tokens "
@@ -71,7 +73,7 @@ def test_learns_the_pattern(student, reference):
 
 
 def test_learns_with_one_head(student, reference):
-    _, model, _ = losses_of(student, reference, num_heads=1)
+    _, model, _ = losses_of(student, reference, num_heads=1, believed=False)
     accuracy = held_out_accuracy(reference, model)
     checks.require(accuracy >= THRESHOLD,
                    f"After training, the 1-head model predicts {accuracy:.0%} of held-out tokens correctly; "

@@ -1,0 +1,120 @@
+"""What leaves the course repository: the student kit and Gradescope's autograder.zip.
+
+    student-kit/          the released notebooks, a student README, requirements, and a workflow
+                          that grades on push with the hidden suites fetched at run time
+    autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the course
+                          (grader, suites, reference solutions of one assignment) under source/
+
+Both are made from an explicit list of files, never by copying the repository and deleting: a
+file that is not named here does not leave.
+"""
+
+import shutil
+import stat
+import zipfile
+from pathlib import Path
+
+from autograder.course import CourseError
+
+KIT_FILES = Path(__file__).resolve().parent / "kit"
+
+# The packages a student needs to run the notebooks and their visible checks (pinned like the
+# course's own requirements.txt; torch must be exactly this version).
+STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "notebook", "ipykernel")
+
+
+def _pins(course):
+    pins = {}
+    for line in (course.root / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def student_requirements(course):
+    pins = _pins(course)
+    missing = [name for name in STUDENT_PACKAGES if name not in pins]
+    if missing:
+        raise CourseError(f"requirements.txt does not pin {', '.join(missing)}")
+    return "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES)
+
+
+def build_student_kit(course, folder):
+    """Write the student kit to `folder` and a zip beside it; returns the zip's path."""
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    released = 0
+    for assignment in course.assignments:
+        for notebook in assignment.notebooks:
+            source = course.release_notebook(assignment, notebook)
+            if source.is_file():
+                target = folder / assignment.id / notebook.filename
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                released += 1
+    if not released:
+        raise CourseError("no released notebook in exercises/: run `make release` first")
+    pins = _pins(course)
+    readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
+    (folder / "README.md").write_text(readme.replace("{course}", course.name))
+    (folder / "requirements.txt").write_text(student_requirements(course))
+    workflow = folder / ".github" / "workflows" / "autograde.yml"
+    workflow.parent.mkdir(parents=True)
+    shutil.copyfile(KIT_FILES / "student-autograde.yml", workflow)
+    archive = folder.with_suffix(".zip")
+    _zip(folder, archive)
+    return archive
+
+
+def _zip(folder, archive, executable=()):
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                name = str(path.relative_to(folder))
+                info = zipfile.ZipInfo(name)
+                mode = 0o755 if name in executable else 0o644
+                info.external_attr = (stat.S_IFREG | mode) << 16
+                handle.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+
+
+def gradescope_files(course, assignment):
+    """(source path, path inside the zip) for everything Gradescope's autograder needs; Gradescope
+    unpacks the zip into /autograder/source."""
+    root = course.root
+    files = [(KIT_FILES / "gradescope" / "setup.sh", "setup.sh"),
+             (KIT_FILES / "gradescope" / "run_autograder", "run_autograder"),
+             (root / "requirements.txt", "requirements.txt"),
+             (root / "course.yml", "course.yml"),
+             (root / "nbgrader_config.py", "nbgrader_config.py")]
+    package = root / "autograder"
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".ini", ".sh", ".yml", ".md", ""):
+            if KIT_FILES in path.parents:
+                continue
+            files.append((path, f"{path.relative_to(root)}"))
+    for notebook in assignment.notebooks:
+        for path in (course.source_notebook(assignment, notebook), course.release_notebook(assignment, notebook)):
+            files.append((path, f"{path.relative_to(root)}"))
+    return files
+
+
+def build_gradescope(course, assignment, archive):
+    archive = Path(archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for source, name in gradescope_files(course, assignment):
+            if not source.is_file():
+                raise CourseError(f"{source} is missing: run `make release` first")
+            data = source.read_bytes()
+            if name == "run_autograder":
+                data = data.replace(b"{assignment}", assignment.id.encode())
+            info = zipfile.ZipInfo(name)
+            mode = 0o755 if name in ("setup.sh", "run_autograder") else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            handle.writestr(info, data, zipfile.ZIP_DEFLATED)
+        if course.torch_index_url:
+            handle.writestr("torch-index.txt", course.torch_index_url + "\n")
+    return archive

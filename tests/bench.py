@@ -1,0 +1,181 @@
+"""make bench: grade one class with `nbgrader autograde` and with `make grade`, side by side.
+
+Builds a class in nbgrader's layout (34 students x 6 assignments = 204 notebooks: perfect,
+untouched, and the catalogue's realistic mistakes), then grades exactly that folder with this
+grader, with `nbgrader autograde` (every assignment, in nbgrader's own course folder), and with
+this grader again, and prints seconds per notebook, their ratio and the peak memory (resident
+set of the whole process tree) of each, beside the floor: the time the hidden checks themselves
+took (recorded per notebook by the grader), spread over the cores.  The figures also go to
+bench-results.json (or --json).
+
+    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--keep DIR]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.catalogue import MISTAKES
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
+
+PERFECT, UNTOUCHED = 8, 6   # students 0-7 perfect, 8-13 untouched, the rest realistic mistakes
+
+
+def build_class(submitted, students):
+    mistakes = {assignment.id: [m for m in MISTAKES if m.exercise in {e.id for e in assignment.exercises}]
+                for assignment in COURSE.assignments}
+    for index in range(students):
+        student = f"student{index:03d}"
+        for assignment in COURSE.assignments:
+            answers = solution_answers(assignment.id)
+            if index < PERFECT:
+                chosen = answers
+            elif index < PERFECT + UNTOUCHED:
+                chosen = {}
+            else:
+                mistake = mistakes[assignment.id][(index - PERFECT - UNTOUCHED) % len(mistakes[assignment.id])]
+                chosen = {**answers, mistake.exercise: mistake.code}
+            make_submission(assignment.id, chosen, submitted / student / assignment.id)
+    return sum(1 for _ in submitted.rglob("*.ipynb"))
+
+
+class PeakMemory:
+    """Samples the resident memory of a process and all its descendants."""
+
+    def __init__(self, process):
+        self.process, self.peak, self.running = psutil.Process(process.pid), 0, True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self):
+        while self.running:
+            try:
+                tree = [self.process] + self.process.children(recursive=True)
+                total = 0
+                for member in tree:
+                    try:
+                        total += member.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                return
+            time.sleep(0.1)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        return self.peak
+
+
+def timed(command, cwd, log):
+    started = time.monotonic()
+    with open(log, "a") as handle:
+        process = subprocess.Popen(command, cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+        memory = PeakMemory(process)
+        code = process.wait()
+        peak = memory.stop()
+    if code != 0:
+        raise SystemExit(f"error: {' '.join(map(str, command))} failed (exit {code}); see {log}")
+    return time.monotonic() - started, peak
+
+
+def ours(work, out, jobs, log):
+    return timed([sys.executable, "-m", "autograder", "grade-class", "--submitted", work / "submitted",
+                  "--out", out, "--db", f"sqlite:///{out / 'gradebook.db'}", "--jobs", str(jobs), "--force"],
+                 ROOT, log)
+
+
+def nbgrader_course(work):
+    """nbgrader's own course folder: the same solutions, released by nbgrader, the same submissions."""
+    course = work / "nbgrader"
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    for assignment in COURSE.assignments:
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id, "--force",
+                        "--log-level=ERROR"], cwd=course, check=True, capture_output=True,
+                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    (course / "submitted").symlink_to(work / "submitted")
+    return course
+
+
+def nbgrader_autograde(course, log):
+    total_seconds, peak = 0.0, 0
+    for assignment in COURSE.assignments:
+        seconds, memory = timed([sys.executable, "-m", "nbgrader", "autograde", assignment.id, "--force",
+                                 "--log-level=ERROR", "--ExecutePreprocessor.timeout=60"], course, log)
+        total_seconds += seconds
+        peak = max(peak, memory)
+    return total_seconds, peak
+
+
+def floor_seconds(out):
+    """The hidden checks' own time, summed over notebooks (the grader records it per notebook)."""
+    total = 0.0
+    for path in Path(out).glob("results/*/*/grade.json"):
+        record = json.loads(path.read_text())
+        total += sum(nb.get("suite_seconds", 0.0) for nb in record["notebooks"])
+    return total
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--students", type=int, default=34)
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--json", default=str(ROOT / "bench-results.json"))
+    parser.add_argument("--keep", default=None, help="build the class here and keep it")
+    args = parser.parse_args(argv)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "bench.log"
+    notebooks = build_class(work / "submitted", args.students)
+    print(f"class: {notebooks} notebooks ({args.students} students x {len(COURSE.assignments)} assignments) "
+          f"in {work / 'submitted'}", flush=True)
+    course = nbgrader_course(work)
+
+    ours_first, ours_first_peak = ours(work, work / "ours-1", args.jobs, log)
+    print(f"make grade (1/2):    {ours_first:7.1f} s", flush=True)
+    theirs, theirs_peak = nbgrader_autograde(course, log)
+    print(f"nbgrader autograde:  {theirs:7.1f} s", flush=True)
+    ours_second, ours_second_peak = ours(work, work / "ours-2", args.jobs, log)
+    print(f"make grade (2/2):    {ours_second:7.1f} s", flush=True)
+
+    ours_seconds = (ours_first + ours_second) / 2
+    floor = floor_seconds(work / "ours-2") / args.jobs
+    figures = {
+        "notebooks": notebooks, "jobs": args.jobs, "sandbox": COURSE.limits.sandbox,
+        "nbgrader_seconds_per_notebook": round(theirs / notebooks, 4),
+        "ours_seconds_per_notebook": round(ours_seconds / notebooks, 4),
+        "ratio": round(theirs / ours_seconds, 1),
+        "floor_seconds_per_notebook": round(floor / notebooks, 4),
+        "nbgrader_peak_memory_mb": round(theirs_peak / 2**20),
+        "ours_peak_memory_mb": round(max(ours_first_peak, ours_second_peak) / 2**20),
+        "runs_seconds": {"ours": [round(ours_first, 1), round(ours_second, 1)], "nbgrader": round(theirs, 1)},
+    }
+    print()
+    print(f"{'':24}{'s / notebook':>14}{'peak memory':>14}")
+    print(f"{'nbgrader autograde':24}{figures['nbgrader_seconds_per_notebook']:>14.3f}"
+          f"{figures['nbgrader_peak_memory_mb']:>11} MB")
+    print(f"{'make grade':24}{figures['ours_seconds_per_notebook']:>14.3f}{figures['ours_peak_memory_mb']:>11} MB"
+          f"   ({args.jobs} jobs, sandbox {figures['sandbox']})")
+    print(f"{'floor (hidden checks)':24}{figures['floor_seconds_per_notebook']:>14.3f}")
+    print(f"\nratio: {figures['ratio']}x faster than nbgrader autograde")
+    Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"figures: {args.json}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
