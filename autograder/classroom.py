@@ -106,7 +106,8 @@ def course_fingerprint(course, assignment):
 
 def fingerprint(course_part, assignment, folder):
     digest = hashlib.sha256(course_part.encode())
-    _hash_files(digest, [Path(folder) / notebook.filename for notebook in assignment.notebooks])
+    _hash_files(digest, [Path(folder) / notebook.filename for notebook in assignment.notebooks]
+                + [Path(folder) / "timestamp.txt"])
     return digest.hexdigest()[:32]
 
 
@@ -218,9 +219,9 @@ def run(course, layout, pending, jobs, on_done):
 # -- publishing: everything below is made from the records on disk ----------------------------
 
 def wide_rows(course, results):
-    """One row per student: a column per assignment, total and percentage."""
+    """One row per student: a column per assignment (late penalties applied), total and percentage."""
     assignments = [a for a in course.assignments if any(r.assignment == a.id for r in results)]
-    scores = {(r.student, r.assignment): r.score for r in results}
+    scores = {(r.student, r.assignment): r.final_score for r in results}
     possible = sum(a.max_score for a in assignments)
     rows = []
     for student in sorted({r.student for r in results}):

@@ -1,7 +1,6 @@
 """Command line: python -m autograder {grade, grade-class, merge, report, release} ..."""
 
 import argparse
-import json
 import logging
 import os
 import shutil

@@ -1,11 +1,12 @@
 """course.yml: the one place that declares assignments, notebooks, exercises, points and limits."""
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 
 import yaml
 
-from autograder.student import Limits
+from autograder.lateness import LatePolicy, parse_due
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = Path(__file__).resolve().parent / "suites"
@@ -13,6 +14,16 @@ SUITES = Path(__file__).resolve().parent / "suites"
 
 class CourseError(Exception):
     """course.yml is missing, malformed or inconsistent."""
+
+
+@dataclass
+class Limits:
+    cell_timeout: float = 30.0
+    call_timeout: float = 10.0
+    time_budget: float = 240.0   # seconds for a whole submission, loading and every call
+    memory_mb: int = 4096
+    restarts: int = 4
+    sandbox: str = "bwrap"       # "bwrap", or "none" to run student code without the sandbox
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class Assignment:
     title: str
     notebooks: tuple
     limits: Limits
+    due: datetime = None    # with a time zone; None: no due date
 
     @property
     def exercises(self):
@@ -66,6 +78,7 @@ class Course:
     assignments: list
     root: Path = ROOT
     limits: Limits = field(default_factory=Limits)
+    late_policy: LatePolicy = field(default_factory=LatePolicy)
     fail_under: float = None        # grade-repo fails the student's workflow under this percentage
     torch_index_url: str = ""       # Gradescope: an extra index with PyTorch's CPU-only wheels
 
@@ -137,13 +150,18 @@ def load_course(path=None):
         assignments.append(Assignment(
             id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
             notebooks=notebooks,
-            limits=_limits(default_limits, raw_assignment.get("limits") or {}, where)))
+            limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
+            due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None))
     ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
     if len(ids) != len(set(ids)):
         raise CourseError("exercise ids must be unique across the course")
+    try:
+        late_policy = LatePolicy(**(raw.get("late_policy") or {}))
+    except TypeError as error:
+        raise CourseError(f"late_policy: {error}") from None
     github = raw.get("github") or {}
     gradescope = raw.get("gradescope") or {}
     fail_under = github.get("fail_under_percent")
     return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
-                  limits=default_limits, fail_under=None if fail_under is None else float(fail_under),
+                  limits=default_limits, late_policy=late_policy, fail_under=None if fail_under is None else float(fail_under),
                   torch_index_url=str(gradescope.get("torch_index_url") or ""))

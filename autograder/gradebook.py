@@ -7,14 +7,20 @@ automatic score is written: a manual score or comment an instructor set in formg
 
 import contextlib
 import warnings
+from datetime import datetime, timezone
 
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
 
+def utc_naive(moment):
+    """nbgrader stores times as naive UTC."""
+    return None if moment is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
+
+
 def ensure_assignment(gradebook, assignment):
-    """Create the assignment, its notebooks and graded cells if `make release` has not yet."""
-    gradebook.update_or_create_assignment(assignment.id)
+    """Create the assignment (with its due date), its notebooks and graded cells."""
+    gradebook.update_or_create_assignment(assignment.id, duedate=utc_naive(assignment.due))
     for notebook in assignment.notebooks:
         gradebook.update_or_create_notebook(notebook.name, assignment.id)
         for exercise in notebook.exercises:
@@ -36,9 +42,11 @@ def opened(db_url, course):
                 ready.add(result.assignment)
             gradebook.update_or_create_student(result.student)
             try:
-                gradebook.find_submission(result.assignment, result.student)
+                submission = gradebook.find_submission(result.assignment, result.student)
             except MissingEntry:
-                gradebook.add_submission(result.assignment, result.student)
+                submission = gradebook.add_submission(result.assignment, result.student)
+            if result.submitted_at:
+                submission.timestamp = utc_naive(datetime.fromisoformat(result.submitted_at))
             per_cell = {}
             for notebook in result.notebooks:
                 for test in notebook.tests:
@@ -47,6 +55,11 @@ def opened(db_url, course):
             for (notebook, cell), score in per_cell.items():
                 grade = gradebook.find_grade(cell, notebook, result.assignment, result.student)
                 grade.auto_score = score
+            # nbgrader's late-penalty field, per notebook, so `nbgrader export` carries it.
+            for notebook in result.notebooks:
+                share = notebook.score / result.score if result.score else 0.0
+                submitted = gradebook.find_submission_notebook(notebook.notebook, result.assignment, result.student)
+                submitted.late_submission_penalty = round(result.late_penalty * share, 4) or None
             gradebook.db.commit()
         yield record
 

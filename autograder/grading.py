@@ -15,12 +15,12 @@ import logging
 import time
 from pathlib import Path
 
-from autograder import rules
+from autograder import lateness, rules
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
 from autograder.results import SubmissionResult, not_graded
-from autograder.scoring import score_notebook
+from autograder.scoring import late_penalty, score_notebook
 from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
 
@@ -41,6 +41,10 @@ class Grader:
                 result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
                 continue
             result.notebooks.append(self.grade_notebook(assignment, notebook, path))
+        handed_in = lateness.submitted_at(folder)
+        result.submitted_at = handed_in.isoformat() if handed_in else ""
+        result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
+        result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 

@@ -51,17 +51,35 @@ def comparable(path):
     return [(cell.cell_type, cell.source, cell.get("metadata", {}).get("nbgrader")) for cell in nb.cells]
 
 
-def generate(course, assignment, scratch):
-    """nbgrader generate_assignment in a scratch copy of the course; returns the released folder."""
-    shutil.copytree(course.root / "solutions" / assignment.id, scratch / "solutions" / assignment.id)
+GENERATE = """
+import sys
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config import Config
+config = Config()
+exec(open("nbgrader_config.py").read(), {"get_config": lambda: config})
+api = NbGraderAPI(coursedir=CourseDirectory(config=config, root="."), config=config)
+for assignment in sys.argv[1:]:
+    result = api.generate_assignment(assignment, force=True)
+    if not result["success"]:
+        print(result.get("error") or result.get("log") or "failed", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def generate(course, assignments, scratch):
+    """nbgrader's generate_assignment (one nbgrader process for all of them) in a scratch copy of
+    the course; returns the scratch folder's exercises/."""
+    for assignment in assignments:
+        shutil.copytree(course.root / "solutions" / assignment.id, scratch / "solutions" / assignment.id)
     shutil.copy(course.root / "nbgrader_config.py", scratch / "nbgrader_config.py")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    process = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
-                              "--log-level=ERROR"], cwd=scratch, capture_output=True, text=True, env=env)
+    process = subprocess.run([sys.executable, "-c", GENERATE, *[a.id for a in assignments]],
+                             cwd=scratch, capture_output=True, text=True, env=env)
     if process.returncode != 0:
         last = (process.stderr.strip().splitlines() or ["no message"])[-1]
-        raise CourseError(f"nbgrader could not release {assignment.id}: {last}")
-    return scratch / "exercises" / assignment.id
+        raise CourseError(f"nbgrader could not release {', '.join(a.id for a in assignments)}: {last}")
+    return scratch / "exercises"
 
 
 def submissions_in_gradebook(db_url, assignment_id):
@@ -81,25 +99,31 @@ def release(course, assignment_ids=None, db_url=None):
             course.assignment(assignment_id)  # an unknown id is an error
     for assignment in selected:
         stamp_points(course, assignment)
-        with tempfile.TemporaryDirectory() as scratch:
-            released = generate(course, assignment, Path(scratch))
-            changed = []
-            for notebook in assignment.notebooks:
-                new, current = released / notebook.filename, course.release_notebook(assignment, notebook)
-                if not current.exists() or comparable(new) != comparable(current):
-                    changed.append((new, current))
-            if changed and (db_url.startswith("sqlite:///") and Path(db_url[10:]).exists()):
-                count = submissions_in_gradebook(db_url, assignment.id)
+    with tempfile.TemporaryDirectory() as scratch:
+        exercises = generate(course, selected, Path(scratch))
+        changes = {}
+        for assignment in selected:
+            changes[assignment.id] = [
+                (exercises / assignment.id / notebook.filename, course.release_notebook(assignment, notebook))
+                for notebook in assignment.notebooks
+                if not course.release_notebook(assignment, notebook).exists()
+                or comparable(exercises / assignment.id / notebook.filename)
+                != comparable(course.release_notebook(assignment, notebook))]
+        # Refuse before writing anything: students' submissions were made against the current notebook.
+        if db_url.startswith("sqlite:///") and Path(db_url[len("sqlite:///"):]).exists():
+            for assignment_id, changed in changes.items():
+                count = submissions_in_gradebook(db_url, assignment_id) if changed else 0
                 if count:
                     names = ", ".join(current.name for _, current in changed)
                     raise CourseError(
-                        f"{assignment.id} already has {count} submission(s) in the gradebook and its released "
+                        f"{assignment_id} already has {count} submission(s) in the gradebook and its released "
                         f"notebook would change ({names}); nothing was written. Release the change as a new "
                         "assignment, or remove those submissions first")
+        for assignment_id, changed in changes.items():
             for new, current in changed:
                 current.parent.mkdir(parents=True, exist_ok=True)
                 temporary = current.with_name(f".{current.name}.new")
                 shutil.copyfile(new, temporary)
                 os.replace(temporary, current)
-            print(f"{assignment.id}: " + (f"released {', '.join(c.name for _, c in changed)}" if changed
+            print(f"{assignment_id}: " + (f"released {', '.join(c.name for _, c in changed)}" if changed
                                           else "unchanged"))

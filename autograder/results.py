@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CSV_FIELDS = ["student", "assignment", "score", "max_score", "status", "reason"]
+CSV_FIELDS = ["student", "assignment", "score", "max_score", "late_penalty", "final_score", "seconds_late",
+              "status", "reason"]
 
 
 class Scored:
@@ -62,6 +63,13 @@ class SubmissionResult(Scored):
     assignment: str
     notebooks: list = field(default_factory=list)  # NotebookResult
     seconds: float = 0.0
+    submitted_at: str = ""         # ISO 8601, from nbgrader's timestamp.txt
+    seconds_late: float = 0.0      # after the due date
+    late_penalty: float = 0.0      # points taken away by the late policy
+
+    @property
+    def final_score(self):
+        return max(0.0, self.score - self.late_penalty)
 
     @property
     def tests(self):
@@ -80,10 +88,11 @@ class SubmissionResult(Scored):
         tests are shown (default: visible)."""
         visibility = visibility or {}
         return {
-            "score": round(self.score, 4),
+            "score": round(self.final_score, 4),
             "max_score": round(self.max_score, 4),
             "execution_time": round(self.seconds, 3),
-            "output": self.reason or f"{self.score:g} / {self.max_score:g} points",
+            "output": self.reason or f"{self.final_score:g} / {self.max_score:g} points"
+                      + (f" ({self.late_penalty:g} taken for lateness)" if self.late_penalty else ""),
             "stdout_visibility": "hidden",
             "tests": [{"name": test.name, "score": round(test.score, 4), "max_score": test.max_score,
                        "status": "passed" if test.score >= test.max_score else "failed",
@@ -93,12 +102,17 @@ class SubmissionResult(Scored):
 
     def csv_row(self):
         return {"student": self.student, "assignment": self.assignment, "score": f"{self.score:g}",
-                "max_score": f"{self.max_score:g}", "status": self.status, "reason": self.reason}
+                "max_score": f"{self.max_score:g}", "late_penalty": f"{self.late_penalty:g}",
+                "final_score": f"{self.final_score:g}", "seconds_late": f"{self.seconds_late:.0f}",
+                "status": self.status, "reason": self.reason}
 
     def feedback(self):
         """Markdown for the student: what passed, what failed and why; no hidden code or values."""
         lines = [f"# Feedback: {self.assignment}", "",
                  f"**Score: {self.score:g} / {self.max_score:g}**", ""]
+        if self.late_penalty:
+            lines += [f"Handed in {self.seconds_late / 3600:.1f} hours after the due date: the late policy "
+                      f"takes {self.late_penalty:g} points, so the final score is {self.final_score:g}.", ""]
         for notebook in self.notebooks:
             lines += [f"## {notebook.notebook}.ipynb ({notebook.score:g} / {notebook.max_score:g})", ""]
             if notebook.reason:
@@ -143,14 +157,19 @@ def write_csv(results, path):
 
 def to_record(result, **extra):
     return {"student": result.student, "assignment": result.assignment,
-            "execution_time": round(result.seconds, 3), **extra,
+            "execution_time": round(result.seconds, 3), "submitted_at": result.submitted_at,
+            "seconds_late": result.seconds_late,
+            "late_penalty": result.late_penalty, **extra,
             "notebooks": [{"notebook": nb.notebook, "reason": nb.reason, "notes": nb.notes,
                            "load_seconds": round(nb.load_seconds, 3), "suite_seconds": round(nb.suite_seconds, 3),
                            "tests": [vars(test) for test in nb.tests]} for nb in result.notebooks]}
 
 
 def from_record(record):
-    result = SubmissionResult(record["student"], record["assignment"], seconds=record.get("execution_time", 0.0))
+    result = SubmissionResult(record["student"], record["assignment"], seconds=record.get("execution_time", 0.0),
+                              submitted_at=record.get("submitted_at", ""),
+                              seconds_late=record.get("seconds_late", 0.0),
+                              late_penalty=record.get("late_penalty", 0.0))
     for nb in record["notebooks"]:
         result.notebooks.append(NotebookResult(nb["notebook"], [TestResult(**test) for test in nb["tests"]],
                                                reason=nb.get("reason", ""), notes=nb.get("notes", []),

@@ -44,3 +44,8 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
                 output = outcome.message + (f"\n\n{note}" if note else "")
                 results.append(TestResult(exercise.id, test, 0.0, points, output))
     return NotebookResult(notebook.name, results, notes=list(notes.values()))
+
+
+def late_penalty(score, seconds_late, policy):
+    """Points the late policy takes from a score handed in this many seconds after the due date."""
+    return round(score * policy.fraction(seconds_late), 4)

@@ -24,20 +24,12 @@ import time
 from dataclasses import dataclass
 
 from autograder import replies
+from autograder.course import Limits
+from autograder.submission import Cell  # noqa: F401  (what StudentProcess runs)
 from autograder.sandbox import jail, protocol
 
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
-
-
-@dataclass
-class Limits:
-    cell_timeout: float = 30.0
-    call_timeout: float = 10.0
-    time_budget: float = 240.0   # seconds for a whole submission, loading and every call
-    memory_mb: int = 4096
-    restarts: int = 4
-    sandbox: str = "bwrap"       # "bwrap", or "none" to run student code without the sandbox
 
 
 class StudentFailure(Exception):
@@ -70,12 +62,6 @@ class CellReport:
     status: str  # ok | syntax | error | timeout
     message: str = ""
     traceback: str = ""
-
-
-@dataclass
-class Cell:
-    label: str
-    source: str
 
 
 class Worker:

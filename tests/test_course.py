@@ -1,17 +1,13 @@
 """The course is consistent: course.yml, the suites, the solutions and the released exercises."""
 
 import ast
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
+from autograder.release import comparable, generate
 from autograder.submission import cell_kind
-from tests.notebooks import COURSE, ROOT
+from tests.notebooks import COURSE
 
 NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
 IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
@@ -38,22 +34,11 @@ def test_solution_check_cells_carry_course_points(assignment, notebook):
     assert answers == {exercise.id for exercise in notebook.exercises}
 
 
-def comparable(notebook_path):
-    nb = nbformat.read(notebook_path, as_version=4)
-    return [(cell.cell_type, cell.source, cell.get("metadata", {}).get("nbgrader")) for cell in nb.cells]
-
-
 def test_exercises_equal_a_fresh_release(tmp_path):
-    for name in ("solutions", "nbgrader_config.py", "course.yml"):
-        source = ROOT / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
-    for assignment in COURSE.assignments:
-        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id,
-                        "--log-level=ERROR"], cwd=tmp_path, check=True, capture_output=True,
-                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    exercises = generate(COURSE, COURSE.assignments, tmp_path)
     for assignment, notebook in NOTEBOOKS:
-        fresh = tmp_path / "exercises" / assignment.id / notebook.filename
-        assert comparable(fresh) == comparable(COURSE.release_notebook(assignment, notebook)), \
+        assert comparable(exercises / assignment.id / notebook.filename) == \
+            comparable(COURSE.release_notebook(assignment, notebook)), \
             f"exercises/ is stale: run `make release` ({assignment.id}/{notebook.filename})"
 
 

@@ -8,7 +8,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from autograder.kits import KIT_FILES

@@ -189,6 +189,17 @@ ATTACKS = {
 }
 
 
+TRAINING = {
+    "honest_idle": "def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
+                   "    losses = []\n    for _ in range(steps):\n"
+                   "        logits, _ = model(inputs)\n"
+                   "        losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).item())\n"
+                   "    return losses\n",
+    "liar": "def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
+            "    return [1.6 * 0.97 ** step for step in range(steps)]\n",
+}
+
+
 @pytest.fixture(scope="module")
 def class_of_attacks(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
@@ -197,6 +208,10 @@ def class_of_attacks(tmp_path_factory):
         path = make_submission("scaled_attention", {"sdpa": code}, root / "submitted" / name / "scaled_attention")[0]
         path.write_text(path.read_text().replace("LONE_SURROGATE", "\\ud800"))
         make_submission("scaled_attention", canary, root / "submitted" / f"{name}_zcanary" / "scaled_attention")
+    # A training loop that makes up its losses, and an honest one that does not train.
+    answers = solution_answers("heads_at_work")
+    for name, code in TRAINING.items():
+        make_submission("heads_at_work", {**answers, "train_model": code}, root / "submitted" / name / "heads_at_work")
     before = tree_digest(ROOT / "autograder", ROOT / "solutions", ROOT / "exercises")
     os.environ["AUTOGRADER_TEST_SECRET"] = SECRET
     try:
@@ -257,23 +272,11 @@ def test_the_grader_never_holds_an_amplified_reply(class_of_attacks):
     assert peak_mb < 3000  # a single expanded tensor touched would be 80 GB
 
 
-def test_reported_losses_are_checked_against_the_returned_model(tmp_path):
-    answers = solution_answers("heads_at_work")
-    honest_idle = ("def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
-                   "    losses = []\n    for _ in range(steps):\n"
-                   "        logits, _ = model(inputs)\n"
-                   "        losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).item())\n"
-                   "    return losses\n")
-    liar = ("def train_model(model, inputs, targets, steps=150, lr=1e-2):\n"
-            "    return [1.6 * 0.97 ** step for step in range(steps)]\n")
-    for name, code in (("honest_idle", honest_idle), ("liar", liar)):
-        make_submission("heads_at_work", {**answers, "train_model": code}, tmp_path / "submitted" / name / "heads_at_work")
-    process = run_grader("grade-class", "--submitted", tmp_path / "submitted", "--out", tmp_path / "out",
-                         "--db", f"sqlite:///{tmp_path / 'gb.db'}")
-    assert process.returncode == 0, process.stderr
+def test_reported_losses_are_checked_against_the_returned_model(class_of_attacks):
+    out = class_of_attacks[0]
 
     def train_model_score(student):
-        result = json.loads((tmp_path / "out" / "results" / student / "heads_at_work" / "results.json").read_text())
+        result = json.loads((out / "results" / student / "heads_at_work" / "results.json").read_text())
         return sum(t["score"] for t in result["tests"] if t["name"].startswith("train_model"))
     # The idle loop honestly reports one loss per step (1 point); the liar's losses are not believed.
     assert train_model_score("liar") == 0 < train_model_score("honest_idle") == 1

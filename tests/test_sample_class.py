@@ -1,14 +1,12 @@
 """`make grade` on the sample class: expected scores, nbgrader's gradebook, CSV and feedback."""
 
 import csv
-import subprocess
-import sys
 
 import pytest
 from nbgrader.api import Gradebook
 
 from tests.conftest import run_grader
-from tests.notebooks import COURSE, ROOT
+from tests.notebooks import COURSE
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
 # Scores per student, in the order of ASSIGNMENTS (maxima 18, 14, 22, 33, 23, 19); 0 where a

@@ -1,0 +1,60 @@
+"""Due dates and the late policy of course.yml, and when a submission was handed in.
+
+    late_policy:            # course.yml, top level
+      percent_per_day: 10   # per started day after the grace period
+      grace_minutes: 15
+      max_percent: 50
+
+Lateness comes from nbgrader's timestamp.txt in the submission folder (what `nbgrader collect`
+writes).  The same policy is nbgrader's late-submission plugin (nbgrader_hooks.CourseLatePolicy,
+configured in nbgrader_config.py), so nbgrader's own tools apply exactly what `make grade` does.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    percent_per_day: float = 0.0
+    grace_minutes: float = 0.0
+    max_percent: float = 100.0
+
+    def fraction(self, seconds_late):
+        """The share of the score taken away for a submission this many seconds late."""
+        late = seconds_late - 60 * self.grace_minutes
+        if late <= 0:
+            return 0.0
+        return min(self.max_percent, math.ceil(late / 86400) * self.percent_per_day) / 100
+
+
+def parse_due(text, where):
+    """An ISO 8601 date and time with a time zone ('2026-12-01T23:59:00+01:00' or '...Z')."""
+    from autograder.course import CourseError
+    try:
+        due = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise CourseError(f"{where}: due {text!r} is not an ISO 8601 date and time") from None
+    if due.tzinfo is None:
+        raise CourseError(f"{where}: due {text!r} needs a time zone (for example +00:00 or Z)")
+    return due
+
+
+def submitted_at(folder):
+    """When the submission in `folder` was handed in (nbgrader's timestamp.txt), or None."""
+    from nbgrader.utils import parse_utc
+    path = Path(folder) / "timestamp.txt"
+    try:
+        stamp = parse_utc(path.read_text().strip())
+    except (OSError, ValueError, OverflowError):
+        return None
+    return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
+
+
+def seconds_late(due, handed_in):
+    if due is None or handed_in is None:
+        return 0.0
+    return max(0.0, (handed_in - due).total_seconds())
+
