@@ -141,7 +141,7 @@ def _grade_tasks(course, layout, tasks, report):
         for task in tasks:
             report("start", task)
             result = grader.grade_submission(course.assignment(task.assignment), task.folder, task.student)
-            layout.save(result, fingerprint=task.fingerprint)
+            layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
             report("done", task)
     open_grader(course, body)
 

@@ -180,20 +180,26 @@ def _grade_class(args, course):
     print(f"{len(pending)} to grade with {jobs} job(s)"
           + (f", {up_to_date} unchanged since graded (--force grades them again)" if up_to_date else ""),
           flush=True)
+    gradebook.prepare(args.db, course, {task.assignment for task in tasks})
+    autograded = Path(args.autograded or submitted.parent / "autograded")
     update = classroom.progress(len(pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     interrupted = False
-    with gradebook.opened(args.db, course) as record:
-        def on_done(task):
-            result = layout.graded_one(task.student, task.assignment)
-            record(result)
-            update(task, result)
+
+    def on_done(task):
+        result = layout.graded_one(task.student, task.assignment)
         try:
-            classroom.run(course, layout, pending, jobs, on_done)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            update.close()
-            results = classroom.publish(course, layout)
+            gradebook.record(args.db, course, result, task.folder, autograded)
+        except Exception:  # the grade is on disk; the gradebook catches up on the next run
+            log.exception("could not record %s in the gradebook", task.key)
+            print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})", file=sys.stderr)
+        update(task, result)
+    try:
+        classroom.run(course, layout, pending, jobs, on_done)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        update.close()
+        results = classroom.publish(course, layout)
     graded = [r for r in results if (r.student, r.assignment) in {(t.student, t.assignment) for t in tasks}]
     if args.table:
         print()
@@ -221,7 +227,10 @@ def _merge(args, course):
             if tree.is_dir():
                 shutil.copytree(tree, layout.out / tree.name, dirs_exist_ok=True)
     results = classroom.publish(course, layout)
-    gradebook.record(args.db, course, results)
+    gradebook.prepare(args.db, course, {result.assignment for result in results})
+    for result in results:
+        folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
+        gradebook.record(args.db, course, result, folder or "/nonexistent", Path(args.autograded))
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {layout.grades_csv}")
     return 0
 
@@ -262,12 +271,15 @@ def parser():
                        help="grade only the K-th of N deterministic parts of the class")
     whole.add_argument("--force", action="store_true", help="grade again even what is unchanged")
     whole.add_argument("--table", action="store_true", help="print a table of the graded submissions")
+    whole.add_argument("--autograded", default=None,
+                       help="nbgrader's autograded/ folder (default: beside the submitted folder)")
     whole.set_defaults(run=_grade_class)
 
     merge = commands.add_parser("merge", help="combine the output folders of --shard runs into one")
     merge.add_argument("shards", nargs="+", help="output folders of grade-class --shard runs")
     merge.add_argument("--out", required=True, help="the combined output folder")
     merge.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    merge.add_argument("--autograded", default="autograded", help="nbgrader's autograded/ folder")
     merge.set_defaults(run=_merge)
 
     scope = commands.add_parser("gradescope", help="grade Gradescope's submission folder (run_autograder calls it)")

@@ -1,0 +1,84 @@
+"""The grader inside nbgrader's own tools, through nbgrader's configuration hooks.
+
+nbgrader_config.py installs two of these:
+
+  c.Autograde.autograde_preprocessors   HiddenSuites replaces nbgrader's Execute step, so
+      `nbgrader autograde` (what formgrader's Autograde button runs) grades with the hidden suites
+      in the sandbox instead of running the notebook's visible checks in a kernel;
+  c.AssignLatePenalties.plugin_class    CourseLatePolicy applies course.yml's late policy.
+
+Both `make grade` and `nbgrader autograde` put a graded notebook into nbgrader's form with
+`annotate`: each exercise's autograded cell (check_<exercise>) gets the feedback as its output
+and the points as an execute_result, which nbgrader's determine_grade reads as partial credit.
+So formgrader, `generate_feedback` and `export` see the same scores and feedback as grades.csv,
+and the feedback holds no hidden test code, input or expected value.
+"""
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbgrader.plugins import LateSubmissionPlugin
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from autograder.scoring import late_penalty
+
+
+def exercise_feedback(notebook_result, exercise_id):
+    """(points, text) of one exercise in a NotebookResult."""
+    tests = [test for test in notebook_result.tests if test.exercise == exercise_id]
+    points = sum(test.score for test in tests)
+    possible = sum(test.max_score for test in tests)
+    lines = [f"Hidden tests of {exercise_id}: {points:g} / {possible:g}"]
+    if notebook_result.reason:
+        lines.append(f"Not graded: {notebook_result.reason}.")
+    else:
+        for test in tests:
+            mark = "passed" if test.score >= test.max_score else "failed"
+            lines.append(f"- {test.test} ({test.score:g}/{test.max_score:g}) {mark}")
+            if test.output and test.score < test.max_score:
+                lines += [f"    {line}" for line in test.output.splitlines()]
+    return points, "\n".join(lines) + "\n"
+
+
+def annotate(nb, notebook_result):
+    """Write each exercise's score and feedback into its check_<exercise> cell (in place)."""
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if cell.get("cell_type") != "code" or not str(grade_id).startswith("check_"):
+            continue
+        points, text = exercise_feedback(notebook_result, grade_id[len("check_"):])
+        cell.outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text=text),
+            nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=1),
+        ]
+        cell.execution_count = 1
+    return nb
+
+
+class HiddenSuites(NbGraderPreprocessor):
+    """nbgrader preprocessor: grade the notebook with the hidden suites (in place of Execute)."""
+
+    def preprocess(self, nb, resources):
+        from autograder.course import load_course
+        from autograder.grading import open_grader
+
+        course = load_course()
+        assignment = course.assignment(resources["nbgrader"]["assignment"])
+        name = resources["nbgrader"]["notebook"]
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"{name}.ipynb"
+            nbformat.write(nb, path)
+            result = open_grader(course, lambda grader: grader.grade_submission(
+                assignment, folder, resources["nbgrader"]["student"], notebooks={name: path}),
+                assignments=[assignment.id])
+        graded = next(notebook for notebook in result.notebooks if notebook.notebook == name)
+        return annotate(nb, graded), resources
+
+
+class CourseLatePolicy(LateSubmissionPlugin):
+    """nbgrader's late-submission plugin, applying course.yml's late policy."""
+
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        from autograder.course import load_course
+        return late_penalty(score, total_seconds_late, load_course().late_policy)

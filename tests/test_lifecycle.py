@@ -1,0 +1,161 @@
+"""A term of real use, end to end, on a temporary copy of the course: release, collect in
+nbgrader's layout with timestamp.txt, grade, a manual score in the gradebook, regrade one student,
+a refused release, formgrader's Autograde button, feedback and exports."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nbgrader.api import Gradebook
+
+from tests.notebooks import ROOT, make_submission, solution_answers
+
+DUE = "2026-11-01T23:59:00+00:00"
+ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
+
+
+def run(course, *args, check=True):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.run([sys.executable, "-m", *map(str, args)], cwd=course, capture_output=True,
+                             text=True, env=env, timeout=900)
+    if check:
+        assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
+    return process
+
+
+def grader(course, *args, check=True):
+    return run(course, "autograder", "--course", course / "course.yml", *args, check=check)
+
+
+def scores(db, student, assignment="masks"):
+    with Gradebook(db) as gradebook:
+        submission = gradebook.find_submission(assignment, student)
+        return {grade.name: (grade.auto_score, grade.manual_score) for nb in submission.notebooks
+                for grade in nb.grades}, submission.late_submission_penalty
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("term") / "course"
+    for name in ("solutions", "exercises", "autograder"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("nbgrader_config.py", "requirements.txt"):
+        shutil.copy(ROOT / name, root / name)
+    text = (ROOT / "course.yml").read_text().replace(
+        "  - id: masks\n", f"  - id: masks\n    due: \"{DUE}\"\n").replace(
+        "limits:\n", "late_policy:\n  percent_per_day: 10\n  grace_minutes: 15\n  max_percent: 50\n\nlimits:\n", 1)
+    (root / "course.yml").write_text(text)
+    # release, then collect three students in nbgrader's layout
+    assert "masks: unchanged" in grader(root, "release", "--assignment", "masks").stdout
+    answers = solution_answers("masks")
+    broken = {**answers, "causal_mask": answers["causal_mask"].replace(".tril()", ".triu()")
+              .replace("torch.tril(", "torch.triu(")}
+    for student, chosen, stamp in (("ada", answers, ON_TIME), ("bob", broken, TWO_DAYS_LATE), ("cid", answers, ON_TIME)):
+        folder = root / "submitted" / student / "masks"
+        make_submission("masks", chosen, folder)
+        (folder / "timestamp.txt").write_text(stamp)
+        (folder / "submission_secret.txt").write_text(f"secret-of-{student}")  # as nbgrader collect leaves it
+    grader(root, "grade-class", "--submitted", root / "submitted", "--out", root / "grading",
+           "--db", f"sqlite:///{root / 'gradebook.db'}")
+    return root
+
+
+def test_grading_writes_nbgraders_autograded_notebooks_and_gradebook(course):
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    with open(course / "grading" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    for student in ("ada", "bob", "cid"):
+        assert (course / "autograded" / student / "masks" / "masks.ipynb").is_file()
+        per_cell, _ = scores(db, student)
+        record = json.loads((course / "grading" / "results" / student / "masks" / "grade.json").read_text())
+        expected = {}
+        for test in record["notebooks"][0]["tests"]:
+            expected[f"check_{test['exercise']}"] = expected.get(f"check_{test['exercise']}", 0) + test["score"]
+        assert {cell: auto for cell, (auto, _) in per_cell.items()} == pytest.approx(expected)
+        assert float(rows[student]["score"]) == pytest.approx(sum(expected.values()))
+    assert float(rows["ada"]["late_penalty"]) == 0
+    bob = rows["bob"]
+    assert float(bob["late_penalty"]) == pytest.approx(0.2 * float(bob["score"]))  # 2 started days x 10 %
+    _, penalty = scores(db, "bob")
+    assert penalty == pytest.approx(float(bob["late_penalty"]))
+    assert "late policy" in (course / "grading" / "feedback" / "bob" / "masks" / "feedback.md").read_text()
+
+
+def test_manual_score_survives_a_regrade_of_one_student(course):
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    with Gradebook(db) as gradebook:
+        grade = gradebook.find_grade("check_padding_mask", "masks", "masks", "ada")
+        grade.manual_score = 3.5
+        gradebook.db.commit()
+    process = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
+                     "--db", db, "--student", "ada", "--force")
+    assert "1 to grade" in process.stdout
+    per_cell, _ = scores(db, "ada")
+    assert per_cell["check_padding_mask"] == (7.0, 3.5)
+    with open(course / "grading" / "grades.csv") as handle:
+        assert sorted(row["student"] for row in csv.DictReader(handle)) == ["ada", "bob", "cid"]
+    again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
+                   "--db", db)
+    assert "0 to grade" in again.stdout and "3 unchanged" in again.stdout
+
+
+def test_wide_export_has_one_row_per_student_with_penalties_applied(course):
+    with open(course / "grading" / "grades_wide.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    with open(course / "grading" / "grades.csv") as handle:
+        final = {row["student"]: float(row["final_score"]) for row in csv.DictReader(handle)}
+    assert set(rows) == {"ada", "bob", "cid"}
+    assert float(rows["bob"]["masks"]) == pytest.approx(final["bob"])
+    assert final["bob"] < float(rows["ada"]["masks"])
+    assert float(rows["ada"]["percent"]) == 100.0
+
+
+def test_release_refuses_to_change_a_notebook_with_submissions(course):
+    solution = course / "solutions" / "masks" / "masks.ipynb"
+    released = course / "exercises" / "masks" / "masks.ipynb"
+    before = released.read_bytes()
+    original = solution.read_text()
+    solution.write_text(original.replace("Masks", "Masks (revised)", 1))
+    try:
+        process = grader(course, "release", "--assignment", "masks", check=False)
+    finally:
+        solution.write_text(original)
+    assert process.returncode == 2
+    assert "already has 3 submission(s)" in process.stderr and len(process.stderr.strip().splitlines()) == 1
+    assert released.read_bytes() == before
+
+
+def test_formgraders_autograde_button_gives_the_same_scores(course):
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    before, penalty_before = scores(db, "bob")
+    run(course, "nbgrader", "autograde", "masks", "--student", "bob", "--force")
+    after, penalty_after = scores(db, "bob")
+    assert after == before and penalty_after == pytest.approx(penalty_before)
+    text = (course / "autograded" / "bob" / "masks" / "masks.ipynb").read_text()
+    assert "Hidden tests of causal_mask" in text
+
+
+def test_generate_and_release_feedback_carry_the_graders_feedback_only(course):
+    run(course, "nbgrader", "generate_feedback", "masks")
+    html = (course / "feedback" / "bob" / "masks" / "masks.html").read_text()
+    assert "Hidden tests of causal_mask" in html and "upper triangle" in html
+    suites = [line.strip() for path in (course / "autograder" / "suites").glob("*.py")
+              for line in path.read_text().splitlines() if len(line.strip()) > 30]
+    assert not [line for line in suites if line in html]
+    exchange = course.parent / "exchange"
+    exchange.mkdir()
+    run(course, "nbgrader", "release_feedback", "masks", f"--Exchange.root={exchange}")
+    assert list(exchange.rglob("*.html"))
+
+
+def test_nbgrader_export_carries_scores_and_late_penalty(course):
+    run(course, "nbgrader", "export", "--to", str(course / "export.csv"))
+    with open(course / "export.csv") as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert float(rows["bob"]["late_submission_penalty"]) > 0
+    assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - 7 + 3.5  # the manual score
