@@ -209,8 +209,12 @@ def _parallel(course, layout, pending, jobs, on_done):
             on_done(task)
 
 
+SUBMISSIONS_PER_JOB = 8  # below this many submissions per process, starting another costs more than it saves
+
+
 def run(course, layout, pending, jobs, on_done):
-    if jobs <= 1 or len(pending) <= 1:
+    jobs = max(1, min(jobs, len(pending) // SUBMISSIONS_PER_JOB))
+    if jobs == 1:
         _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
     else:
         _parallel(course, layout, pending, jobs, on_done)

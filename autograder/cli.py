@@ -185,21 +185,23 @@ def _grade_class(args, course):
     update = classroom.progress(len(pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     interrupted = False
 
-    def on_done(task):
-        result = layout.graded_one(task.student, task.assignment)
+    with gradebook.Recorder(args.db, course, autograded) as recorder:
+        def on_done(task):
+            result = layout.graded_one(task.student, task.assignment)
+            try:
+                recorder.record(result, task.folder)
+            except Exception:  # the grade is on disk; --force records it again
+                log.exception("could not record %s in the gradebook", task.key)
+                print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})",
+                      file=sys.stderr)
+            update(task, result)
         try:
-            gradebook.record(args.db, course, result, task.folder, autograded)
-        except Exception:  # the grade is on disk; the gradebook catches up on the next run
-            log.exception("could not record %s in the gradebook", task.key)
-            print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})", file=sys.stderr)
-        update(task, result)
-    try:
-        classroom.run(course, layout, pending, jobs, on_done)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        update.close()
-        results = classroom.publish(course, layout)
+            classroom.run(course, layout, pending, jobs, on_done)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            update.close()
+            results = classroom.publish(course, layout)
     graded = [r for r in results if (r.student, r.assignment) in {(t.student, t.assignment) for t in tasks}]
     if args.table:
         print()
@@ -228,9 +230,10 @@ def _merge(args, course):
                 shutil.copytree(tree, layout.out / tree.name, dirs_exist_ok=True)
     results = classroom.publish(course, layout)
     gradebook.prepare(args.db, course, {result.assignment for result in results})
-    for result in results:
-        folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
-        gradebook.record(args.db, course, result, folder or "/nonexistent", Path(args.autograded))
+    with gradebook.Recorder(args.db, course, args.autograded) as recorder:
+        for result in results:
+            folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
+            recorder.record(result, folder or "/nonexistent")
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {layout.grades_csv}")
     return 0
 

@@ -2,13 +2,13 @@
 
 `prepare` gives the gradebook each assignment's structure (nbgrader's SaveCells on the released
 notebooks, and the due date).  `record` does for one graded submission what `nbgrader autograde`
-does, except running the notebook: sanitise it (ClearOutput, DeduplicateIds, OverwriteKernelspec,
-OverwriteCells, CheckCellMetadata), write the hidden suites' scores and feedback into its
-autograded cells (nbgrader_hooks.annotate), then SaveAutoGrades and AssignLatePenalties, and save
-it to nbgrader's autograded/<student>/<assignment>/ folder.  So formgrader lists the submission
-as autograded with the same per-exercise scores as grades.csv, `generate_feedback` and `export`
-work, and a manual score or comment set in formgrader survives every regrade (SaveAutoGrades
-writes only the automatic score).
+does after running a notebook: the submission, without outputs and with the hidden suites' scores
+and feedback in its autograded cells (nbgrader_hooks.annotate), goes to nbgrader's
+autograded/<student>/<assignment>/ folder, and the gradebook gets the automatic scores (nbgrader's
+determine_grade) and the late penalty (nbgrader's late-submission plugin), as SaveAutoGrades and
+AssignLatePenalties would write them, in one session.  So formgrader lists the submission as
+autograded with the same per-exercise scores as grades.csv, `generate_feedback` and `export`
+work, and a manual score or comment set in formgrader survives every regrade.
 """
 
 import logging
@@ -19,15 +19,14 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
-                                    OverwriteCells, OverwriteKernelspec, SaveAutoGrades, SaveCells)
+from nbgrader import utils
+from nbgrader.preprocessors import ClearOutput, SaveCells
 from sqlalchemy.exc import SAWarning
 
 from autograder.course import CourseError
 from autograder.nbgrader_hooks import CourseLatePolicy, annotate
 
 log = logging.getLogger("autograder")
-SANITIZE = (ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata)
 
 
 def utc_naive(moment):
@@ -35,7 +34,7 @@ def utc_naive(moment):
     return None if moment is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def _resources(db_url, assignment, notebook, student=None):
+def _resources(db_url, assignment, notebook, student=None):  # what nbgrader's preprocessors read
     return {"nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook, "student": student}}
 
 
@@ -57,44 +56,78 @@ def prepare(db_url, course, assignment_ids):
                                       f"{str(error).splitlines()[0]}") from None
 
 
-def _autograded_notebook(path, release, resources):
-    """The submitted notebook sanitised as nbgrader does; the released one if it cannot be."""
+def _autograded_notebook(path, release):
+    """The submitted notebook without its outputs; the released one if it cannot be read."""
     try:
         nb = nbformat.read(path, as_version=4)
-        for step in SANITIZE:
-            nb, _ = step().preprocess(nb, resources)
-        return nb
-    except Exception as error:  # a corrupt or hand-edited notebook: formgrader shows the release
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("no cells")
+    except Exception as error:  # a corrupt or missing notebook: formgrader shows the release
         log.info("autograded copy of %s made from the release: %s", path, str(error).splitlines()[:1])
         nb = nbformat.read(release, as_version=4)
-        nb, _ = ClearOutput().preprocess(nb, resources)
-        return nb
+    nb, _ = ClearOutput().preprocess(nb, {})
+    return nb
 
 
-def record(db_url, course, result, folder, autograded_root):
-    """Record one graded submission in the gradebook and write its autograded notebooks."""
+class Recorder:
+    """Records graded submissions in one gradebook session; use as a context manager."""
+
+    def __init__(self, db_url, course, autograded_root):
+        self.course, self.autograded_root = course, Path(autograded_root)
+        self.policy = CourseLatePolicy()
+        self.gradebook = Gradebook(db_url)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.gradebook.close()
+
+    def record(self, result, folder):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SAWarning)
+            record(self.gradebook, self.course, result, folder, self.autograded_root, self.policy)
+
+
+def record(gradebook, course, result, folder, autograded_root, policy):
+    """Record one graded submission in the gradebook and write its autograded notebooks.
+
+    What nbgrader's SaveAutoGrades and AssignLatePenalties do, in one gradebook session: each
+    autograded cell's automatic score is nbgrader's determine_grade of the annotated cell (a
+    manual score is left as it is), and the late penalty is nbgrader's plugin's.
+    """
     assignment = course.assignment(result.assignment)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)
-        with Gradebook(db_url) as gradebook:
-            gradebook.update_or_create_student(result.student)
-            stamp = datetime.fromisoformat(result.submitted_at) if result.submitted_at else None
-            gradebook.update_or_create_submission(result.assignment, result.student,
-                                                  **({"timestamp": utc_naive(stamp)} if stamp else {}))
-        target = Path(autograded_root) / result.student / result.assignment
-        target.mkdir(parents=True, exist_ok=True)
-        for notebook_result in result.notebooks:
-            notebook = next(nb for nb in assignment.notebooks if nb.name == notebook_result.notebook)
-            resources = _resources(db_url, assignment.id, notebook.name, result.student)
-            nb = _autograded_notebook(Path(folder) / notebook.filename,
-                                      course.release_notebook(assignment, notebook), resources)
-            annotate(nb, notebook_result)
-            nb, _ = SaveAutoGrades().preprocess(nb, resources)
-            nb, _ = AssignLatePenalties(plugin_class=CourseLatePolicy).preprocess(nb, resources)
-            nbformat.write(nb, target / notebook.filename)
-        # Like nbgrader autograde: the submission's other files (timestamp.txt, the exchange's
-        # submission_secret.txt that release_feedback needs) go along.
-        if Path(folder).is_dir():
-            for path in Path(folder).iterdir():
-                if path.is_file() and not path.is_symlink() and path.suffix != ".ipynb":
-                    shutil.copyfile(path, target / path.name)
+    if not any(Path(folder, notebook.filename).exists() for notebook in assignment.notebooks):
+        return  # nothing was handed in: like nbgrader, no submission (export counts it as 0)
+    target = Path(autograded_root) / result.student / result.assignment
+    target.mkdir(parents=True, exist_ok=True)
+    annotated = {}
+    for notebook_result in result.notebooks:
+        notebook = next(nb for nb in assignment.notebooks if nb.name == notebook_result.notebook)
+        nb = annotate(_autograded_notebook(Path(folder) / notebook.filename,
+                                           course.release_notebook(assignment, notebook)), notebook_result)
+        nbformat.write(nb, target / notebook.filename)
+        annotated[notebook.name] = nb
+    # Like nbgrader autograde: the submission's other files (timestamp.txt, the exchange's
+    # submission_secret.txt that release_feedback needs) go along.
+    for path in Path(folder).iterdir():
+        if path.is_file() and not path.is_symlink() and path.suffix != ".ipynb":
+            shutil.copyfile(path, target / path.name)
+
+    gradebook.update_or_create_student(result.student)
+    stamp = datetime.fromisoformat(result.submitted_at) if result.submitted_at else None
+    submission = gradebook.update_or_create_submission(
+        result.assignment, result.student, **({"timestamp": utc_naive(stamp)} if stamp else {}))
+    for name, nb in annotated.items():
+        for cell in nb.cells:
+            if utils.is_grade(cell):
+                grade = gradebook.find_grade(cell.metadata.nbgrader["grade_id"], name, result.assignment,
+                                             result.student)
+                grade.auto_score, _ = utils.determine_grade(cell, log)
+                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+        gradebook.db.commit()
+        submitted = gradebook.find_submission_notebook(name, result.assignment, result.student)
+        late = submission.total_seconds_late
+        submitted.late_submission_penalty = (policy.late_submission_penalty(result.student, submitted.score, late)
+                                             if late > 0 else None)
+    gradebook.db.commit()

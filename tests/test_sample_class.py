@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 
 from tests.conftest import run_grader
 from tests.notebooks import COURSE
@@ -33,7 +33,8 @@ EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
 def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("grading")
     db = f"sqlite:///{out / 'gradebook.db'}"
-    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", out, "--db", db)
+    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", out, "--db", db,
+                         "--autograded", out / "autograded")
     assert process.returncode == 0, process.stderr
     return out, db, process.stdout
 
@@ -65,12 +66,18 @@ def test_csv_gives_the_reason_for_submissions_that_could_not_be_graded(graded):
 
 
 def test_scores_land_in_nbgraders_gradebook(graded):
-    _, db, _ = graded
+    out, db, _ = graded
     with Gradebook(db) as gradebook:
         for (student, assignment), score in EXPECTED.items():
+            if not (SUBMITTED / student / assignment).is_dir():
+                # Nothing handed in: as with nbgrader, no submission (nbgrader export counts it as 0).
+                with pytest.raises(MissingEntry):
+                    gradebook.find_submission(assignment, student)
+                continue
             submission = gradebook.find_submission(assignment, student)
             assert submission.score == score
             assert submission.max_score == COURSE.assignment(assignment).max_score
+            assert (out / "autograded" / student / assignment).is_dir()
 
 
 def test_summary_table_lists_every_student(graded):
