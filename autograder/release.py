@@ -127,3 +127,7 @@ def release(course, assignment_ids=None, db_url=None):
                 os.replace(temporary, current)
             print(f"{assignment_id}: " + (f"released {', '.join(c.name for _, c in changed)}" if changed
                                           else "unchanged"))
+    # The assignments' structure in the gradebook, as nbgrader's generate_assignment leaves it, so
+    # formgrader lists them from now on.
+    from autograder import gradebook
+    gradebook.prepare(db_url, course, [assignment.id for assignment in selected])

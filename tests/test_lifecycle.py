@@ -65,6 +65,17 @@ def course(tmp_path_factory):
     return root
 
 
+def test_the_demo_never_touches_the_course():
+    """make grade without SUBMITTED grades the sample class into its own folder and gradebook."""
+    plan = subprocess.run(["make", "-n", "grade"], cwd=ROOT, capture_output=True, text=True).stdout
+    line = next(line for line in plan.splitlines() if "grade-class" in line)
+    assert "--submitted sample_class/submitted" in line and "--out sample_class/graded" in line
+    assert "sample_class/gradebook.db" in line
+    plan = subprocess.run(["make", "-n", "grade", "SUBMITTED=submitted"], cwd=ROOT, capture_output=True, text=True).stdout
+    line = next(line for line in plan.splitlines() if "grade-class" in line)
+    assert "--out grading" in line and f"{ROOT}/gradebook.db" in line
+
+
 def test_grading_writes_nbgraders_autograded_notebooks_and_gradebook(course):
     db = f"sqlite:///{course / 'gradebook.db'}"
     with open(course / "grading" / "grades.csv") as handle:

@@ -123,9 +123,14 @@ def with_suites(exercises, body):
     suites = sorted({str(exercise.suite) for exercise in exercises})
     folder = exercises[0].suite.parent
     session = SuiteSession(exercises, body)
-    code = pytest.main(suites + ["-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
-                                 "-p", "no:logging", "-p", "no:stepwise", "--rootdir", str(folder),
-                                 "-c", str(folder / "pytest.ini")], plugins=[session])
+    # Only the plugins the suites use: each test runs once per submission, so per-test overhead
+    # (output capture, fault handlers, warning and log capture) adds up over a class.
+    unused = ["cacheprovider", "terminal", "warnings", "logging", "stepwise", "capture", "faulthandler",
+              "threadexception", "unraisableexception", "doctest", "junitxml", "pastebin", "setuponly",
+              "setupplan", "unittest", "debugging", "legacypath", "tmpdir", "subtests"]
+    options = [option for plugin in unused for option in ("-p", f"no:{plugin}")]
+    code = pytest.main(suites + options + ["--rootdir", str(folder), "-c", str(folder / "pytest.ini")],
+                       plugins=[session])
     if session.error is not None:
         raise session.error
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

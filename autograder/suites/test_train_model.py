@@ -11,9 +11,9 @@ import torch
 from autograder.harness import checks
 from autograder.suites import adapters as A
 
-STEPS = 60
+STEPS = 40
 SEQUENCES = 128
-THRESHOLD = 0.9  # a correct loop reaches about 1.0 within 60 steps
+THRESHOLD = 0.9  # a correct loop reaches about 1.0 within 40 steps
 
 
 def losses_of(student, reference, num_heads=4, believed=True):
