@@ -162,8 +162,20 @@ def _work(course_path, out, tasks, events):
     events.put(("exit", None))
 
 
-def _parallel(course, layout, pending, jobs, on_done):
-    context = multiprocessing.get_context("spawn")
+def _warm(course, pending):
+    """Import what grading needs and run the reference solutions once, here, so that every grading
+    process forked from this one starts with them (this process never runs student code)."""
+    from autograder.grading import open_grader  # noqa: F401  (torch, pytest, nbformat)
+    from autograder.reference import reference_namespace
+    for assignment_id in sorted({task.assignment for task in pending}):
+        assignment = course.assignment(assignment_id)
+        for notebook in assignment.notebooks:
+            reference_namespace(course.source_notebook(assignment, notebook))
+
+
+def _parallel(course, layout, pending, jobs, on_done, meanwhile):
+    _warm(course, pending)
+    context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
         tasks.put(task)
@@ -172,6 +184,7 @@ def _parallel(course, layout, pending, jobs, on_done):
     for worker in workers:
         tasks.put(None)
         worker.start()
+    meanwhile()  # while the grading processes start (they import torch, start their sandboxes)
     running = {}   # worker index -> task, unknown: tasks in flight are matched by key
     remaining = {task.key for task in pending}
     exited = 0
@@ -212,12 +225,18 @@ def _parallel(course, layout, pending, jobs, on_done):
 SUBMISSIONS_PER_JOB = 8  # below this many submissions per process, starting another costs more than it saves
 
 
-def run(course, layout, pending, jobs, on_done):
-    jobs = max(1, min(jobs, len(pending) // SUBMISSIONS_PER_JOB))
+def effective_jobs(jobs, pending):
+    return max(1, min(jobs, len(pending) // SUBMISSIONS_PER_JOB))
+
+
+def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
+    """Grade the pending tasks; on_done(task) after each; meanwhile() once the grading has started."""
+    jobs = effective_jobs(jobs, pending)
     if jobs == 1:
+        meanwhile()
         _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
     else:
-        _parallel(course, layout, pending, jobs, on_done)
+        _parallel(course, layout, pending, jobs, on_done, meanwhile)
 
 
 # -- publishing: everything below is made from the records on disk ----------------------------

@@ -177,31 +177,34 @@ def _grade_class(args, course):
     before = classroom.previous_scores(layout, pending)
     up_to_date = len(tasks) - len(pending)
     jobs = args.jobs or classroom.default_jobs()
-    print(f"{len(pending)} to grade with {jobs} job(s)"
+    print(f"{len(pending)} to grade with {classroom.effective_jobs(jobs, pending)} job(s)"
           + (f", {up_to_date} unchanged since graded (--force grades them again)" if up_to_date else ""),
           flush=True)
-    gradebook.prepare(args.db, course, {task.assignment for task in tasks})
     autograded = Path(args.autograded or submitted.parent / "autograded")
     update = classroom.progress(len(pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     interrupted = False
 
-    with gradebook.Recorder(args.db, course, autograded) as recorder:
-        def on_done(task):
-            result = layout.graded_one(task.student, task.assignment)
-            try:
-                recorder.record(result, task.folder)
-            except Exception:  # the grade is on disk; --force records it again
-                log.exception("could not record %s in the gradebook", task.key)
-                print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})",
-                      file=sys.stderr)
-            update(task, result)
+    recorder = gradebook.Recorder(args.db, course, autograded)
+
+    def prepare():  # while the grading processes start
+        gradebook.prepare(args.db, course, {task.assignment for task in tasks}, only_new=True)
+
+    def on_done(task):
+        result = layout.graded_one(task.student, task.assignment)
         try:
-            classroom.run(course, layout, pending, jobs, on_done)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            update.close()
-            results = classroom.publish(course, layout)
+            recorder.record(result, task.folder)
+        except Exception:  # the grade is on disk; --force records it again
+            log.exception("could not record %s in the gradebook", task.key)
+            print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})", file=sys.stderr)
+        update(task, result)
+    try:
+        classroom.run(course, layout, pending, jobs, on_done, prepare)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        update.close()
+        recorder.close()
+        results = classroom.publish(course, layout)
     graded = [r for r in results if (r.student, r.assignment) in {(t.student, t.assignment) for t in tasks}]
     if args.table:
         print()
@@ -230,10 +233,13 @@ def _merge(args, course):
                 shutil.copytree(tree, layout.out / tree.name, dirs_exist_ok=True)
     results = classroom.publish(course, layout)
     gradebook.prepare(args.db, course, {result.assignment for result in results})
-    with gradebook.Recorder(args.db, course, args.autograded) as recorder:
+    recorder = gradebook.Recorder(args.db, course, args.autograded)
+    try:
         for result in results:
             folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
             recorder.record(result, folder or "/nonexistent")
+    finally:
+        recorder.close()
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {layout.grades_csv}")
     return 0
 

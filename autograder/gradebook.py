@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 from nbgrader import utils
 from nbgrader.preprocessors import ClearOutput, SaveCells
 from sqlalchemy.exc import SAWarning
@@ -38,14 +38,30 @@ def _resources(db_url, assignment, notebook, student=None):  # what nbgrader's p
     return {"nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook, "student": student}}
 
 
-def prepare(db_url, course, assignment_ids):
-    """The structure of these assignments in the gradebook, as nbgrader's generate_assignment saves it."""
+def _known(gradebook, assignment):
+    """The gradebook already has every autograded cell of the assignment's notebooks."""
+    try:
+        for notebook in assignment.notebooks:
+            cells = {cell.name for cell in gradebook.find_notebook(notebook.name, assignment.id).grade_cells}
+            if cells != {exercise.check_cell for exercise in notebook.exercises}:
+                return False
+    except MissingEntry:
+        return False
+    return True
+
+
+def prepare(db_url, course, assignment_ids, only_new=False):
+    """The structure of these assignments in the gradebook, as nbgrader's generate_assignment saves
+    it (with only_new, only for assignments the gradebook does not have yet)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
         for assignment_id in sorted(set(assignment_ids)):
             assignment = course.assignment(assignment_id)
             with Gradebook(db_url) as gradebook:
+                known = only_new and _known(gradebook, assignment)
                 gradebook.update_or_create_assignment(assignment.id, duedate=utc_naive(assignment.due))
+            if known:
+                continue
             for notebook in assignment.notebooks:
                 released = course.release_notebook(assignment, notebook)
                 try:
@@ -70,20 +86,21 @@ def _autograded_notebook(path, release):
 
 
 class Recorder:
-    """Records graded submissions in one gradebook session; use as a context manager."""
+    """Records graded submissions in one gradebook session, opened at the first record."""
 
     def __init__(self, db_url, course, autograded_root):
-        self.course, self.autograded_root = course, Path(autograded_root)
+        self.db_url, self.course, self.autograded_root = db_url, course, Path(autograded_root)
         self.policy = CourseLatePolicy()
-        self.gradebook = Gradebook(db_url)
+        self.gradebook = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.gradebook.close()
+    def close(self):
+        if self.gradebook is not None:
+            self.gradebook.close()
+            self.gradebook = None
 
     def record(self, result, folder):
+        if self.gradebook is None:
+            self.gradebook = Gradebook(self.db_url)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)
             record(self.gradebook, self.course, result, folder, self.autograded_root, self.policy)

@@ -15,6 +15,8 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from autograder import lateness, rules
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
@@ -89,6 +91,9 @@ class Grader:
 def open_grader(course, body, assignments=None):
     """Start a warm worker, collect the suites (of the given assignments, or the whole course)
     while it starts, and call body(grader)."""
+    # One thread for the trusted side's own tensor maths: the machine's cores go to parallel grading
+    # processes, and idle worker threads of several processes only compete for them.
+    torch.set_num_threads(1)
     with Worker(course.limits) as worker:
         worker.start()
         exercises = [exercise for assignment in course.assignments for exercise in assignment.exercises

@@ -19,9 +19,10 @@ DUE = "2026-11-01T23:59:00+00:00"
 ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
 
 
-def run(course, *args, check=True):
+def run(course, *args, check=True, module=True):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.run([sys.executable, "-m", *map(str, args)], cwd=course, capture_output=True,
+    process = subprocess.run([sys.executable, *(["-m"] if module else []), *map(str, args)], cwd=course,
+                             capture_output=True,
                              text=True, env=env, timeout=900)
     if check:
         assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
@@ -95,6 +96,31 @@ def test_grading_writes_nbgraders_autograded_notebooks_and_gradebook(course):
     _, penalty = scores(db, "bob")
     assert penalty == pytest.approx(float(bob["late_penalty"]))
     assert "late policy" in (course / "grading" / "feedback" / "bob" / "masks" / "feedback.md").read_text()
+
+
+FORMGRADER = """
+import json
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config import Config
+config = Config()
+exec(open("nbgrader_config.py").read(), {"get_config": lambda: config, "__file__": "nbgrader_config.py"})
+api = NbGraderAPI(coursedir=CourseDirectory(config=config, root="."), config=config)
+print(json.dumps([{k: s[k] for k in ("student", "autograded", "score", "max_score", "needs_manual_grade")}
+                  for s in api.get_submissions("masks")]))
+"""
+
+
+def test_formgrader_lists_every_submission_autograded_with_the_csv_scores(course):
+    """What formgrader's Manage Submissions page asks nbgrader's API."""
+    listed = json.loads(run(course, "-c", FORMGRADER, module=False).stdout.strip().splitlines()[-1])
+    with open(course / "grading" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert sorted(entry["student"] for entry in listed) == ["ada", "bob", "cid"]
+    for entry in listed:
+        assert entry["autograded"] is True
+        assert entry["score"] == pytest.approx(float(rows[entry["student"]]["score"]))
+        assert entry["max_score"] == float(rows[entry["student"]]["max_score"])
 
 
 def test_manual_score_survives_a_regrade_of_one_student(course):
