@@ -1,5 +1,6 @@
 """Every solution notebook runs top to bottom; every released one runs until its first stub."""
 
+import os
 import time
 
 import nbformat
@@ -8,6 +9,10 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from tests.notebooks import COURSE
+
+# The kernels run beside other tests on a small machine: one thread each, or torch's idle worker
+# threads of several processes compete for the cores (a 13 s notebook took two minutes).
+os.environ["OMP_NUM_THREADS"] = "1"
 
 NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
 IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
