@@ -232,7 +232,9 @@ def effective_jobs(jobs, pending):
 def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
     """Grade the pending tasks; on_done(task) after each; meanwhile() once the grading has started."""
     jobs = effective_jobs(jobs, pending)
-    if jobs == 1:
+    if not pending:
+        meanwhile()  # nothing to grade: no grading process, no sandbox
+    elif jobs == 1:
         meanwhile()
         _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
     else:

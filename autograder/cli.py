@@ -62,6 +62,11 @@ def _gradescope(args, course):
     else:
         reason = (f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
                   f"submit only {', '.join(sorted(expected))}")
+    if not reason and course.limits.sandbox != "none":
+        try:
+            probe()
+        except SandboxUnavailable as error:  # the student still gets a result that says why
+            reason = f"the grader's sandbox cannot be built in this container ({error}); tell your instructor"
     if reason:
         result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
     else:
