@@ -16,7 +16,7 @@ SCORES = {
     "ada_perfect": (18, 14, 22, 33, 23, 19),
     "ben_untouched": (0, 0, 0, 0, 0, 0),
     "cara_no_scaling": (0, 4, 22, 33, 0, 0),
-    "dev_wrong_axes": (0, 2, 18, 21, 0, 0),
+    "dev_wrong_axes": (0, 2, 19, 21, 0, 0),
     "eli_three_d_only": (0, 1, 21, 33, 0, 0),
     "fay_syntax_error": (0, 0, 22, 16, 0, 0),
     "gus_infinite_loop": (0, 0, 22, 33, 0, 0),
