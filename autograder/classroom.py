@@ -281,8 +281,6 @@ def changes(before, results):
         key = (result.student, result.assignment)
         if key in before and before[key] != result.score:
             lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.score:g}")
-        elif key not in before:
-            continue
     return lines
 
 

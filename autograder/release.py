@@ -103,12 +103,11 @@ def release(course, assignment_ids=None, db_url=None):
         exercises = generate(course, selected, Path(scratch))
         changes = {}
         for assignment in selected:
-            changes[assignment.id] = [
-                (exercises / assignment.id / notebook.filename, course.release_notebook(assignment, notebook))
-                for notebook in assignment.notebooks
-                if not course.release_notebook(assignment, notebook).exists()
-                or comparable(exercises / assignment.id / notebook.filename)
-                != comparable(course.release_notebook(assignment, notebook))]
+            changes[assignment.id] = []
+            for notebook in assignment.notebooks:
+                new, current = exercises / assignment.id / notebook.filename, course.release_notebook(assignment, notebook)
+                if not current.exists() or comparable(new) != comparable(current):
+                    changes[assignment.id].append((new, current))
         # Refuse before writing anything: students' submissions were made against the current notebook.
         if db_url.startswith("sqlite:///") and Path(db_url[len("sqlite:///"):]).exists():
             for assignment_id, changed in changes.items():

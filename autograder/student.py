@@ -235,7 +235,7 @@ class StudentProcess:
             except (protocol.Timeout, EOFError, OSError, protocol.ProtocolError) as problem:
                 self.kill()
                 if time.monotonic() >= self.deadline:
-                    self._mark_unrun(current)
+                    self._mark_unrun()
                     return self.cell_reports
                 if current is None or self.restarts >= self.limits.restarts:
                     raise StudentCrash(f"the notebook could not be loaded ({_describe(problem)})") from None
@@ -248,8 +248,9 @@ class StudentProcess:
                                    if report.status == "timeout")
             return self.cell_reports
 
-    def _mark_unrun(self, current):
-        """The budget ran out while loading: the cell running then and every later one are charged."""
+    def _mark_unrun(self):
+        """The budget ran out while loading: the child is gone and nothing it defined survives, so
+        every cell is charged."""
         spent = f"not run: the submission used up its time budget of {self.limits.time_budget:g} s"
         self.cell_reports = [CellReport(cell.label, "timeout", spent) for cell in self.cells]
 
