@@ -44,11 +44,15 @@ def parse_due(text, where):
 
 def submitted_at(folder):
     """When the submission in `folder` was handed in (nbgrader's timestamp.txt), or None."""
-    from nbgrader.utils import parse_utc
     path = Path(folder) / "timestamp.txt"
     try:
-        stamp = parse_utc(path.read_text().strip())
-    except (OSError, ValueError, OverflowError):
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    from nbgrader.utils import parse_utc  # nbgrader costs seconds to import: only when needed
+    try:
+        stamp = parse_utc(text)
+    except (ValueError, OverflowError):
         return None
     return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
 

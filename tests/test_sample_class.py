@@ -1,4 +1,5 @@
-"""`make grade` on the sample class: expected scores, nbgrader's gradebook, CSV and feedback."""
+"""`make grade` on the sample class: expected scores, nbgrader's gradebook, CSV, feedback, and shards
+of it merged."""
 
 import csv
 
@@ -124,3 +125,44 @@ def test_report_without_grading_is_a_one_line_error(tmp_path):
     process = run_grader("report", "--out", tmp_path)
     assert process.returncode == 2
     assert process.stderr.strip().startswith("error:") and len(process.stderr.strip().splitlines()) == 1
+
+
+# -- past one machine: shards of the class, merged, give what the one run above gave -----------
+
+SHARDED = ("attention_basics", "kv_cache")
+
+
+def test_merged_shards_equal_one_run(graded, tmp_path):
+    whole, whole_db, _ = graded
+    only = [option for assignment in SHARDED for option in ("--assignment", assignment)]
+    shards = [tmp_path / f"shard-{k}" for k in (1, 2)]
+    counts = []
+    for k, shard in enumerate(shards, 1):
+        process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", shard, "--db",
+                             f"sqlite:///{shard / 'gradebook.db'}", "--autograded", shard / "autograded",
+                             *only, "--jobs", "1", "--shard", f"{k}/2")
+        assert process.returncode == 0, process.stderr
+        counts.append(int(process.stdout.split(" to grade")[0].split()[-1]))
+    # Every submission is in exactly one shard (a row for each assignment of a student who handed
+    # in one of them, as in the one run).
+    students = {folder.parent.name for assignment in SHARDED for folder in SUBMITTED.glob(f"*/{assignment}")}
+    with open(whole / "grades.csv") as handle:
+        rows = [row for row in csv.DictReader(handle)
+                if row["assignment"] in SHARDED and row["student"] in students]
+    assert sum(counts) == len(rows) == 2 * len(students) and all(counts)
+    merged = tmp_path / "merged"
+    process = run_grader("merge", *shards, "--out", merged, "--db", f"sqlite:///{merged / 'gradebook.db'}",
+                         "--autograded", merged / "autograded")
+    assert process.returncode == 0, process.stderr
+    with open(merged / "grades.csv") as handle:
+        assert list(csv.DictReader(handle)) == rows
+    feedback = sorted(path.relative_to(merged) for path in (merged / "feedback").rglob("*.md"))
+    assert feedback == sorted(path.relative_to(whole) for path in (whole / "feedback").rglob("*.md")
+                              if path.parent.name in SHARDED and path.parent.parent.name in students)
+    for path in feedback:
+        assert (merged / path).read_text() == (whole / path).read_text()
+    with Gradebook(f"sqlite:///{merged / 'gradebook.db'}") as one, Gradebook(whole_db) as other:
+        for assignment in SHARDED:
+            assert sorted((s["student"], s["score"]) for s in one.submission_dicts(assignment)) == \
+                sorted((s["student"], s["score"]) for s in other.submission_dicts(assignment)
+                       if s["student"] in students)
