@@ -48,6 +48,8 @@ def exercise_feedback(notebook_result, exercise_id):
     if notebook_result.reason:
         lines.append(f"Not graded: {notebook_result.reason}.")
     else:
+        if exercise_id in notebook_result.notes:
+            lines += [notebook_result.notes[exercise_id], ""]
         for test in tests:
             mark = "passed" if test.score >= test.max_score else "failed"
             lines.append(f"- {test.test} ({test.score:g}/{test.max_score:g}) {mark}")

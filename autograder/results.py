@@ -41,9 +41,16 @@ class NotebookResult(Scored):
     notebook: str
     tests: list
     reason: str = ""                 # why nothing could be graded, if so
-    notes: list = field(default_factory=list)  # remarks about cells (syntax errors, time-outs)
+    notes: dict = field(default_factory=dict)  # exercise id -> the cells it needs that did not run
     load_seconds: float = 0.0        # forking the child and running the cells
     suite_seconds: float = 0.0       # the hidden checks
+
+    def by_exercise(self):
+        """exercise id -> its TestResults, in order."""
+        grouped = {}
+        for test in self.tests:
+            grouped.setdefault(test.exercise, []).append(test)
+        return grouped
 
 
 def zero_results(exercises, output):
@@ -91,8 +98,10 @@ class SubmissionResult(Scored):
             "score": round(self.final_score, 4),
             "max_score": round(self.max_score, 4),
             "execution_time": round(self.seconds, 3),
-            "output": self.reason or f"{self.final_score:g} / {self.max_score:g} points"
-                      + (f" ({self.late_penalty:g} taken for lateness)" if self.late_penalty else ""),
+            "output": self.reason or "\n\n".join(
+                [f"{self.final_score:g} / {self.max_score:g} points"
+                 + (f" ({self.late_penalty:g} taken for lateness)" if self.late_penalty else "")]
+                + [f"{exercise}: {note}" for notebook in self.notebooks for exercise, note in notebook.notes.items()]),
             "stdout_visibility": "hidden",
             "tests": [{"name": test.name, "score": round(test.score, 4), "max_score": test.max_score,
                        "status": "passed" if test.score >= test.max_score else "failed",
@@ -118,12 +127,16 @@ class SubmissionResult(Scored):
             if notebook.reason:
                 lines += [f"Not graded: {notebook.reason}.", ""]
                 continue
-            for test in notebook.tests:
-                mark = "passed" if test.score == test.max_score else "failed"
-                lines.append(f"- **{test.name}** ({test.score:g}/{test.max_score:g}) {mark}")
-                if test.output and test.score < test.max_score:
-                    lines += ["", "  ```", *[f"  {line}" for line in test.output.splitlines()], "  ```"]
-            lines.append("")
+            for exercise, tests in notebook.by_exercise().items():
+                lines += [f"### {exercise} ({sum(t.score for t in tests):g} / {sum(t.max_score for t in tests):g})", ""]
+                if exercise in notebook.notes:
+                    lines += ["```", *notebook.notes[exercise].splitlines(), "```", ""]
+                for test in tests:
+                    mark = "passed" if test.score == test.max_score else "failed"
+                    lines.append(f"- **{test.test}** ({test.score:g}/{test.max_score:g}) {mark}")
+                    if test.output and test.score < test.max_score:
+                        lines += ["", "  ```", *[f"  {line}" for line in test.output.splitlines()], "  ```"]
+                lines.append("")
         return "\n".join(lines)
 
 
@@ -165,6 +178,10 @@ def to_record(result, **extra):
                            "tests": [vars(test) for test in nb.tests]} for nb in result.notebooks]}
 
 
+def _notes(notes):
+    return notes if isinstance(notes, dict) else {}  # records before per-exercise notes held a list
+
+
 def from_record(record):
     result = SubmissionResult(record["student"], record["assignment"], seconds=record.get("execution_time", 0.0),
                               submitted_at=record.get("submitted_at", ""),
@@ -172,7 +189,7 @@ def from_record(record):
                               late_penalty=record.get("late_penalty", 0.0))
     for nb in record["notebooks"]:
         result.notebooks.append(NotebookResult(nb["notebook"], [TestResult(**test) for test in nb["tests"]],
-                                               reason=nb.get("reason", ""), notes=nb.get("notes", []),
+                                               reason=nb.get("reason", ""), notes=_notes(nb.get("notes")),
                                                load_seconds=nb.get("load_seconds", 0.0),
                                                suite_seconds=nb.get("suite_seconds", 0.0)))
     return result

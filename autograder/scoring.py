@@ -3,35 +3,45 @@
 from autograder.results import NotebookResult, TestResult
 
 
-def cell_notes(cell_reports):
-    """label -> a remark for the student about a cell that did not run cleanly."""
-    notes = {}
-    for report in cell_reports or []:
-        if report.status == "ok":
-            continue
-        where = f"cell {report.label}" if not report.label.isdigit() else f"code cell #{report.label}"
-        if report.status == "syntax":
-            notes[report.label] = (f"The {where} has a syntax error, so nothing in it was defined:\n"
-                                   f"{report.traceback.rstrip()}")
-        elif report.status == "timeout":
-            notes[report.label] = (f"The {where} ran out of time and was stopped"
-                                   f"{' (' + report.message + ')' if report.message.startswith('not run') else ''}; "
-                                   "what follows it in that cell was not run.")
-        else:
-            notes[report.label] = f"The {where} raised an error while the notebook was run:\n{report.traceback.rstrip()}"
-    return notes
+NOT_RUN = "Not run: see the error above."
+
+
+def cell_note(report):
+    """What the student reads about a cell that did not run cleanly, with their own traceback."""
+    where = f"cell {report.label}" if not report.label.isdigit() else f"code cell #{report.label}"
+    if report.status == "syntax":
+        return f"The {where} has a syntax error, so nothing in it was defined:\n{report.traceback.rstrip()}"
+    if report.status == "timeout":
+        why = f" ({report.message})" if report.message.startswith("not run") else ""
+        return f"The {where} ran out of time and was stopped{why}; what follows it in that cell was not run."
+    return f"The {where} raised an error while the notebook was run:\n{report.traceback.rstrip()}"
+
+
+def affecting_cells(exercise, outcomes, failed_cells):
+    """The failed cells that an exercise's tests depend on: its own answer cell, and any cell
+    that should have defined a name one of its tests could not find."""
+    missing = {outcome.missing for (exercise_id, _), outcome in outcomes.items()
+               if exercise_id == exercise.id and not outcome.passed and outcome.missing}
+    return [report for report in failed_cells
+            if report.label == exercise.id or missing & set(report.defines)]
 
 
 def score_notebook(notebook, outcomes, cell_reports, broken_rules):
-    """One TestResult per hidden test of the notebook's exercises.
+    """One TestResult per hidden test of the notebook's exercises, and a note per exercise about
+    the cells it depends on that did not run (each such cell is reported once per exercise, and
+    the tests it kept from running say so instead of repeating the error).
 
     outcomes: (exercise id, test name) -> Outcome; cell_reports: how each cell ran;
     broken_rules: exercise id -> the message that replaces its tests' outcomes (see rules.py).
     """
-    notes = cell_notes(cell_reports)
-    results = []
+    failed_cells = [report for report in cell_reports or [] if report.status != "ok"]
+    results, notes = [], {}
     for exercise in notebook.exercises:
-        note = notes.get(exercise.id)
+        affecting = affecting_cells(exercise, outcomes, failed_cells)
+        if affecting:
+            notes[exercise.id] = "\n\n".join(cell_note(report) for report in affecting)
+        undefined = {name for report in affecting for name in report.defines}
+        own_cell_broken = any(report.label == exercise.id and report.status == "syntax" for report in affecting)
         for test, points in exercise.points.items():
             outcome = outcomes.get((exercise.id, test))
             if exercise.id in broken_rules:
@@ -40,10 +50,11 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
                 results.append(TestResult(exercise.id, test, 0.0, points, "This check did not run."))
             elif outcome.passed:
                 results.append(TestResult(exercise.id, test, points, points))
+            elif outcome.missing in undefined or (own_cell_broken and outcome.missing):
+                results.append(TestResult(exercise.id, test, 0.0, points, NOT_RUN))
             else:
-                output = outcome.message + (f"\n\n{note}" if note else "")
-                results.append(TestResult(exercise.id, test, 0.0, points, output))
-    return NotebookResult(notebook.name, results, notes=list(notes.values()))
+                results.append(TestResult(exercise.id, test, 0.0, points, outcome.message))
+    return NotebookResult(notebook.name, results, notes=notes)
 
 
 def late_penalty(score, seconds_late, policy):

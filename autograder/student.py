@@ -62,6 +62,7 @@ class CellReport:
     status: str  # ok | syntax | error | timeout
     message: str = ""
     traceback: str = ""
+    defines: tuple = ()  # names the cell defines (Cell.defines): what is missing if it failed
 
 
 class Worker:
@@ -252,16 +253,17 @@ class StudentProcess:
         """The budget ran out while loading: the child is gone and nothing it defined survives, so
         every cell is charged."""
         spent = f"not run: the submission used up its time budget of {self.limits.time_budget:g} s"
-        self.cell_reports = [CellReport(cell.label, "timeout", spent) for cell in self.cells]
+        self.cell_reports = [CellReport(cell.label, "timeout", spent, defines=cell.defines) for cell in self.cells]
 
     def _reports(self, results):
         reports = []
         for index, (cell, result) in enumerate(zip(self.cells, results)):
             if index in self.skip_cells:
-                reports.append(CellReport(cell.label, "timeout", "ran out of time and was stopped"))
+                reports.append(CellReport(cell.label, "timeout", "ran out of time and was stopped",
+                                          defines=cell.defines))
             else:
                 reports.append(CellReport(cell.label, result["status"], result["message"],
-                                          result["traceback"]))
+                                          result["traceback"], cell.defines))
         return reports
 
     def kill(self):

@@ -9,6 +9,7 @@ Read-only cells whose grade_id starts with "demo_" (training runs, timings, figu
 reading only: nothing graded may depend on them, so they are skipped to keep grading fast.
 """
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,17 @@ MAX_CODE_BYTES = 20 * 1024 * 1024    # what is run: the cells' sources, once out
 class Cell:
     label: str
     source: str
+
+    @property
+    def defines(self):
+        """Top-level functions, classes and names the cell defines, read from the text (so even
+        from a cell with a syntax error)."""
+        return tuple(dict.fromkeys(found.group(1) or found.group(2)
+                                   for found in TOP_LEVEL_NAME.finditer(self.source)))
+
+
+TOP_LEVEL_NAME = re.compile(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)",
+                            re.MULTILINE)
 
 
 class SubmissionError(Exception):

@@ -1,7 +1,8 @@
 '''The mistake catalogue and the correct variants: answers as students write them.
 
-Every Mistake must lose points on its own exercise, with feedback that contains `hint` (the
-likely cause, in the words the student sees).  Every Variant is correct, written differently from
+Every Mistake must lose points on its own exercise, only in the tests named in `fails` (the
+properties the mistake breaks), with feedback that contains `hint` (its cause, in the words the
+student sees) and no other mistake's hint.  Every Variant is correct, written differently from
 the reference solution, and must get full marks.  tests/test_catalogue.py grades them all.
 '''
 
@@ -14,6 +15,11 @@ class Mistake:
     name: str
     hint: str       # must appear in the feedback of that exercise (case-insensitive)
     code: str
+
+    @property
+    def fails(self):
+        """The tests this mistake is allowed to fail (see FAILS at the end of this file)."""
+        return FAILS[self.exercise, self.name]
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,7 @@ MISTAKES = [
     # -- softmax (NumPy) ---------------------------------------------------------------------
     Mistake("softmax", "no max subtraction", "subtract the maximum", _softmax(
         "    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n")),
-    Mistake("softmax", "global max instead of per-row", "maximum of each row", _softmax(
+    Mistake("softmax", "global max instead of per-row", "maximum of the whole array", _softmax(
         "    e = np.exp(x - np.max(x))\n    return e / e.sum(axis=axis, keepdims=True)\n")),
     Mistake("softmax", "max without keepdims", "keepdims=True", _softmax(
         "    e = np.exp(x - np.max(x, axis=axis))\n    return e / np.sum(e, axis=axis)\n")),
@@ -231,18 +237,18 @@ MISTAKES = [
     if mask is not None:
         scores = scores + mask.to(scores.dtype)
 ''' + SDPA_TAIL)),
-    Mistake("sdpa", "detached scores", "detached", _sdpa('''    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
+    Mistake("sdpa", "detached scores", "path to the output is cut", _sdpa('''    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
 ''' + SDPA_TAIL)),
-    Mistake("sdpa", "NumPy round trip", "NumPy", "import numpy as np\n\n\n" + _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    Mistake("sdpa", "NumPy round trip", "path to the output is cut", "import numpy as np\n\n\n" + _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     weights = torch.tensor(np.nan_to_num(weights.detach().numpy()), dtype=q.dtype)
     return weights @ v, weights
 ''')),
-    Mistake("sdpa", "downcast to float32", "hard-coded dtypes", _sdpa('''    q, k, v = q.float(), k.float(), v.float()
+    Mistake("sdpa", "downcast to float32", "precision of float32", _sdpa('''    q, k, v = q.float(), k.float(), v.float()
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -269,8 +275,14 @@ MISTAKES = [
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         weights.masked_fill_(~mask, 0.0)
-        weights /= weights.sum(-1, keepdim=True)
+        weights /= weights.sum(-1, keepdim=True).clamp_min(1e-30)
     return weights @ v, weights
+''')),
+    Mistake("sdpa", "computes in float32, casts back", "precision of float32", _sdpa('''    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return (weights @ v.float()).to(q.dtype), weights.to(q.dtype)
 ''')),
     # -- causal_mask ---------------------------------------------------------------------------
     Mistake("causal_mask", "upper triangle", "upper triangle", '''def causal_mask(seq_len, device=None):
@@ -303,7 +315,7 @@ MISTAKES = [
     return (torch.arange(width)[None, :] < lengths[:, None])[:, None, None, :]
 '''),
     # -- fix the broken CausalAttention -----------------------------------------------------
-    Mistake("fix_causal_attention", "mask == 0 keeps only the future", "future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+    Mistake("fix_causal_attention", "mask == 0 keeps only the future", "keeps only the future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -313,7 +325,7 @@ MISTAKES = [
         weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
         return self.dropout(weights) @ values
 '''),
-    Mistake("fix_causal_attention", "tril boolean mask (blocks the past)", "future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length)).bool())
+    Mistake("fix_causal_attention", "tril boolean mask (blocks the past)", "keeps only the future", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.tril(torch.ones(context_length, context_length)).bool())
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -367,14 +379,14 @@ MISTAKES = [
         return self.dropout(weights) @ values
 '''),
     # -- qkv_parameter_counts ---------------------------------------------------------------
-    Mistake("param_counts", "bias ignored", "bias", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    Mistake("param_counts", "bias ignored", "bias=True must add", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
     if d_model % num_heads:
         raise ValueError("indivisible")
     d_k = d_model // num_heads
     return {"full_heads": 3 * num_heads * d_model * d_model, "split_heads": 3 * num_heads * d_model * d_k,
             "fused": 3 * d_model * d_model}
 '''),
-    Mistake("param_counts", "true division gives floats", "//", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    Mistake("param_counts", "true division gives floats", "integer arithmetic", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
     if d_model % num_heads:
         raise ValueError("indivisible")
     d_k = d_model / num_heads
@@ -425,7 +437,7 @@ def merge_heads(x):
     return x.reshape(B, S, H * d_k)
 '''),
     # -- MultiHeadAttention -----------------------------------------------------------------
-    Mistake("mha", "one projection shared by q, k, v", "W_q, W_k, W_v", MHA_INIT + '''
+    Mistake("mha", "one projection shared by q, k, v", "W_k and W_v are never used", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads)
         k = split_heads(self.W_q(key), self.num_heads)
@@ -441,7 +453,7 @@ def merge_heads(x):
         context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return merge_heads(context), weights
 '''),
-    Mistake("mha", "scaled by sqrt(d_model)", "not sqrt(d_model)", MHA_INIT + '''
+    Mistake("mha", "scaled by sqrt(d_model)", "sqrt(d_model) instead of sqrt(d_k)", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads) * math.sqrt(self.d_k) / math.sqrt(self.d_model)
         k = split_heads(self.W_k(key), self.num_heads)
@@ -463,7 +475,7 @@ def merge_heads(x):
         '''        if d_model % num_heads != 0:
             raise ValueError("d_model must be divisible by num_heads")
 ''', "") + MHA_FORWARD),
-    Mistake("mha", "heads merged without a transpose", "merge", MHA_INIT + '''
+    Mistake("mha", "heads merged without a transpose", "without moving the head axis back", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.W_q(query), self.num_heads)
         k = split_heads(self.W_k(key), self.num_heads)
@@ -474,7 +486,8 @@ def merge_heads(x):
 '''),
     # -- to_torch_mha --------------------------------------------------------------------------
     Mistake("to_torch_mha", "batch_first left False", "batch_first=True", '''def to_torch_mha(module):
-    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None)
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None,
+                              dtype=module.W_q.weight.dtype)
     with torch.no_grad():
         m.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
         m.out_proj.weight.copy_(module.W_o.weight)
@@ -483,8 +496,9 @@ def merge_heads(x):
             m.out_proj.bias.copy_(module.W_o.bias)
     return m
 '''),
-    Mistake("to_torch_mha", "keys stacked first", "queries first", '''def to_torch_mha(module):
-    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None, batch_first=True)
+    Mistake("to_torch_mha", "keys stacked first", "keys before queries", '''def to_torch_mha(module):
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.W_q.bias is not None, batch_first=True,
+                              dtype=module.W_q.weight.dtype)
     with torch.no_grad():
         m.in_proj_weight.copy_(torch.cat([module.W_k.weight, module.W_q.weight, module.W_v.weight]))
         m.out_proj.weight.copy_(module.W_o.weight)
@@ -494,19 +508,19 @@ def merge_heads(x):
     return m
 '''),
     Mistake("to_torch_mha", "biases always on, never copied", "bias=False", '''def to_torch_mha(module):
-    m = nn.MultiheadAttention(module.d_model, module.num_heads, batch_first=True)
+    m = nn.MultiheadAttention(module.d_model, module.num_heads, batch_first=True, dtype=module.W_q.weight.dtype)
     with torch.no_grad():
         m.in_proj_weight.copy_(torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]))
         m.out_proj.weight.copy_(module.W_o.weight)
     return m
 '''),
     # -- CausalSelfAttention ------------------------------------------------------------------
-    Mistake("causal_self_attention", "mask buffer not sliced", "[:T, :T]", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal, float("-inf"))
+    Mistake("causal_self_attention", "mask buffer not sliced", "not sliced to [:T, :T]", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
         return self.W_o(out), weights
 '''),
-    Mistake("causal_self_attention", "fixed-size buffer, no length check", "context_length", '''class CausalSelfAttention(nn.Module):
+    Mistake("causal_self_attention", "fixed-size buffer, no length check", "size it by context_length", '''class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
         super().__init__()
         if d_model % num_heads != 0:
@@ -549,21 +563,40 @@ def merge_heads(x):
         out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
         return self.W_o(out), weights
 '''),
+    Mistake("causal_self_attention", "dropout on the output", "dropout on the attention weights", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+        return self.dropout(self.W_o(out)), weights
+'''),
     # -- train_model ---------------------------------------------------------------------------
-    Mistake("train_model", "optimizer.step() forgotten", "step()", _train('''        logits, _ = model(inputs)
+    Mistake("train_model", "learning rate ignored", "lr=lr", _train('''        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+''').replace("lr=lr)", "lr=1e-2)")),
+    Mistake("train_model", "losses kept as tensors", "loss.item()", _train('''        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+''')),
+    Mistake("train_model", "optimizer.step() forgotten", "did not move", _train('''        logits, _ = model(inputs)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         losses.append(loss.item())
 ''')),
-    Mistake("train_model", "targets flattened in the wrong order", "flattened consistently", _train('''        logits, _ = model(inputs)
+    Mistake("train_model", "targets flattened in the wrong order", "flattened in different orders", _train('''        logits, _ = model(inputs)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.T.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
 ''')),
-    Mistake("train_model", "backward before zero_grad", "zero_grad", _train('''        logits, _ = model(inputs)
+    Mistake("train_model", "backward before zero_grad", "did not move", _train('''        logits, _ = model(inputs)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         loss.backward()
         optimizer.zero_grad()
@@ -588,7 +621,7 @@ def merge_heads(x):
     return F.cosine_similarity(flat, flat, dim=-1)
 '''),
     # -- CachedSelfAttention ------------------------------------------------------------------
-    Mistake("kv_cache", "cache never appended", "concatenate", _cached_forward('''        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    Mistake("kv_cache", "cache never appended", "never appended", _cached_forward('''        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
 ''')),
     Mistake("kv_cache", "chunk mask without the offset", "tril(diagonal=p)", _cached_forward('''        if use_cache:
             if self.cached_k is not None:
@@ -597,7 +630,7 @@ def merge_heads(x):
             self.cached_k, self.cached_v = k, v
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
 ''')),
-    Mistake("kv_cache", "no mask when using the cache", "causal mask among its own tokens", _cached_forward('''        mask = None
+    Mistake("kv_cache", "no mask when using the cache", "no causal mask among the new tokens", _cached_forward('''        mask = None
         if use_cache:
             if self.cached_k is not None:
                 k = torch.cat([self.cached_k, k], dim=2)
@@ -615,7 +648,25 @@ def merge_heads(x):
             self.cached_k, self.cached_v = k, v
         mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
 ''')),
-    Mistake("kv_cache", "reset_cache does nothing", "reset_cache()", CACHED_INIT.replace(
+    Mistake("kv_cache", "reset forgets the position counter", "must forget everything", CACHED_INIT.replace(
+        "        self.cached_k = self.cached_v = None\n", "        self.cached_k = self.cached_v = None\n        self.position = getattr(self, 'position', 0)\n") + '''
+    def forward(self, x, use_cache=False):
+        q = split_heads(self.W_q(x), self.num_heads)
+        k = split_heads(self.W_k(x), self.num_heads)
+        v = split_heads(self.W_v(x), self.num_heads)
+        past = 0
+        if use_cache:
+            past = self.position
+            if self.cached_k is not None:
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+            self.position += q.shape[2]
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
+        context, _ = attend(q, k, v, mask)
+        return self.W_o(merge_heads(context))
+'''),
+    Mistake("kv_cache", "reset_cache does nothing", "must forget everything", CACHED_INIT.replace(
         "    def reset_cache(self):\n        self.cached_k = self.cached_v = None\n",
         "    def reset_cache(self):\n        if not hasattr(self, 'cached_k'):\n            self.cached_k = self.cached_v = None\n") + '''
     def forward(self, x, use_cache=False):
@@ -799,7 +850,8 @@ def merge_heads(x):
 '''),
     Variant("to_torch_mha", "load_state_dict", '''def to_torch_mha(module):
     has_bias = module.W_q.bias is not None
-    m = nn.MultiheadAttention(module.W_q.in_features, module.num_heads, bias=has_bias, batch_first=True)
+    m = nn.MultiheadAttention(module.W_q.in_features, module.num_heads, bias=has_bias, batch_first=True,
+                              dtype=module.W_q.weight.dtype)
     state = {"in_proj_weight": torch.cat([module.W_q.weight, module.W_k.weight, module.W_v.weight]),
              "out_proj.weight": module.W_o.weight}
     if has_bias:
@@ -881,3 +933,205 @@ def merge_heads(x):
 def mistake(exercise, name):
     """The code of a catalogued mistake, for reuse (the sample class uses some)."""
     return next(m.code for m in MISTAKES if m.exercise == exercise and m.name == name)
+
+# The tests each mistake is allowed to fail: the properties it breaks (test names without `test_`).
+# A mistake that makes the function crash on ordinary inputs breaks every property that needs it.
+FAILS = {
+    # -- softmax
+    ('softmax', 'no max subtraction'):
+        ('rows_on_different_scales', 'survives_large_inputs'),
+    ('softmax', 'global max instead of per-row'):
+        ('rows_on_different_scales',),
+    ('softmax', 'max without keepdims'):
+        ('keeps_float32', 'leaves_input_unchanged', 'matches_softmax', 'respects_axis', 'returns_an_array_of_the_same_shape', 'rows_on_different_scales', 'slices_sum_to_one', 'survives_large_inputs'),
+    ('softmax', 'axis argument ignored'):
+        ('respects_axis',),
+    ('softmax', "normalised by the whole array's sum"):
+        ('matches_softmax', 'respects_axis', 'slices_sum_to_one'),
+    ('softmax', 'modifies its input in place'):
+        ('leaves_input_unchanged',),
+    ('softmax', 'casts to float64'):
+        ('keeps_float32',),
+    # -- numpy_attention
+    ('numpy_attention', 'K.T on batched inputs'):
+        ('matches_torch_with_batch_dimensions', 'shapes_with_batch_dimensions'),
+    ('numpy_attention', 'no scaling'):
+        ('matches_torch_attention', 'matches_torch_with_batch_dimensions'),
+    ('numpy_attention', 'softmax over the queries'):
+        ('matches_torch_attention', 'matches_torch_with_batch_dimensions', 'weights_rows_sum_to_one'),
+    ('numpy_attention', 'scaled by the value width'):
+        ('matches_torch_attention', 'matches_torch_with_batch_dimensions'),
+    ('numpy_attention', 'naive softmax inline'):
+        ('survives_large_scores',),
+    # -- sdpa
+    ('sdpa', 'no scaling'):
+        ('matches_reference_solution', 'matches_torch_attention', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'divides by d_k'):
+        ('matches_reference_solution', 'matches_torch_attention', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'scales by d_v'):
+        ('matches_reference_solution', 'matches_torch_attention', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'softmax over dim -2'):
+        ('matches_reference_solution', 'matches_torch_attention', 'matches_torch_attention_with_mask', 'weights_rows_sum_to_one'),
+    ('sdpa', 'transpose(1, 2) only works for 3-D'):
+        ('batching_equals_looping', 'fully_masked_row_gives_zeros', 'gradients_reach_q_k_v', 'keeps_float32_and_float64', 'large_scores_stay_finite', 'mask_broadcasts_over_batch_and_heads', 'masked_weights_are_exactly_zero', 'masking_equals_dropping_the_keys', 'matches_torch_attention', 'matches_torch_attention_with_mask', 'shapes_with_any_leading_dims', 'weights_rows_sum_to_one'),
+    ('sdpa', 'mask applied after the softmax'):
+        ('masking_equals_dropping_the_keys', 'matches_reference_solution', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'inverted mask convention'):
+        ('fully_masked_row_gives_zeros', 'masked_weights_are_exactly_zero', 'masking_equals_dropping_the_keys', 'matches_reference_solution', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'masked_fill result not assigned'):
+        ('fully_masked_row_gives_zeros', 'masked_weights_are_exactly_zero', 'masking_equals_dropping_the_keys', 'matches_reference_solution', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'boolean mask added as a float'):
+        ('fully_masked_row_gives_zeros', 'masked_weights_are_exactly_zero', 'masking_equals_dropping_the_keys', 'matches_reference_solution', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'detached scores'):
+        ('gradients_reach_q_k_v',),
+    ('sdpa', 'NumPy round trip'):
+        ('gradients_reach_q_k_v',),
+    ('sdpa', 'downcast to float32'):
+        ('keeps_float32_and_float64', 'matches_torch_attention', 'matches_torch_attention_with_mask'),
+    ('sdpa', 'NaN for fully masked rows'):
+        ('fully_masked_row_gives_zeros',),
+    ('sdpa', 'unstable hand-written softmax'):
+        ('large_scores_stay_finite',),
+    ('sdpa', 'assumes Sq == Sk'):
+        ('batching_equals_looping', 'fully_masked_row_gives_zeros', 'gradients_reach_q_k_v', 'keeps_float32_and_float64', 'large_scores_stay_finite', 'mask_broadcasts_over_batch_and_heads', 'masked_weights_are_exactly_zero', 'masking_equals_dropping_the_keys', 'matches_reference_solution', 'matches_torch_attention', 'matches_torch_attention_with_mask', 'shapes_with_any_leading_dims', 'weights_rows_sum_to_one'),
+    ('sdpa', 'in-place masked_fill_ on the softmax output'):
+        ('gradients_reach_q_k_v',),
+    ('sdpa', 'computes in float32, casts back'):
+        ('matches_torch_attention', 'matches_torch_attention_with_mask'),
+    # -- causal_mask
+    ('causal_mask', 'upper triangle'):
+        ('allows_keys_up_to_the_query', 'makes_attention_causal'),
+    ('causal_mask', 'diagonal excluded'):
+        ('allows_keys_up_to_the_query', 'diagonal_is_allowed'),
+    ('causal_mask', 'float mask'):
+        ('is_boolean_and_square',),
+    ('causal_mask', 'blocked-positions convention'):
+        ('allows_keys_up_to_the_query', 'diagonal_is_allowed', 'makes_attention_causal'),
+    # -- padding_mask
+    ('padding_mask', '<= instead of <'):
+        ('allows_real_keys_only', 'padded_keys_do_not_change_outputs'),
+    ('padding_mask', 'True marks padding'):
+        ('allows_real_keys_only', 'full_length_allows_every_key', 'padded_keys_do_not_change_outputs'),
+    ('padding_mask', 'returns [B, S]'):
+        ('allows_real_keys_only', 'blocks_keys_not_queries', 'full_length_allows_every_key', 'is_boolean_with_broadcast_shape', 'padded_keys_do_not_change_outputs'),
+    ('padding_mask', 'blocks queries instead of keys'):
+        ('allows_real_keys_only', 'blocks_keys_not_queries', 'full_length_allows_every_key', 'is_boolean_with_broadcast_shape', 'padded_keys_do_not_change_outputs'),
+    ('padding_mask', 'uses lengths.max() instead of max_len'):
+        ('blocks_keys_not_queries',),
+    # -- fix_causal_attention
+    ('fix_causal_attention', 'mask == 0 keeps only the future'):
+        ('is_causal', 'matches_causal_attention'),
+    ('fix_causal_attention', 'tril boolean mask (blocks the past)'):
+        ('is_causal', 'matches_causal_attention'),
+    ('fix_causal_attention', 'mask not sliced to the length'):
+        ('runs_and_returns_the_right_shape', 'sequences_shorter_than_the_context'),
+    ('fix_causal_attention', 'mask removed to stop the crash'):
+        ('is_causal', 'matches_causal_attention'),
+    ('fix_causal_attention', 'functional dropout stays on in eval'):
+        ('eval_mode_is_deterministic',),
+    ('fix_causal_attention', 'scaled by the input width'):
+        ('matches_causal_attention',),
+    # -- param_counts
+    ('param_counts', 'bias ignored'):
+        ('counts_biases',),
+    ('param_counts', 'true division gives floats'):
+        ('counts_biases', 'split_heads'),
+    ('param_counts', 'split heads counted once'):
+        ('counts_biases', 'split_heads'),
+    ('param_counts', 'no check of divisibility'):
+        ('rejects_indivisible_d_model',),
+    # -- heads
+    ('heads', 'view without transpose'):
+        ('split_heads_layout',),
+    ('heads', 'features split as [d_k, H]'):
+        ('split_heads_layout',),
+    ('heads', 'merge without moving the head axis'):
+        ('merge_heads_inverts_split', 'merge_heads_layout'),
+    # -- mha
+    ('mha', 'one projection shared by q, k, v'):
+        ('gradients_reach_inputs_and_parameters', 'matches_reference_without_bias', 'matches_torch_cross_attention', 'matches_torch_multihead_attention', 'matches_torch_with_causal_mask'),
+    ('mha', 'output projection missing'):
+        ('gradients_reach_inputs_and_parameters', 'matches_reference_without_bias', 'matches_torch_cross_attention', 'matches_torch_multihead_attention', 'matches_torch_with_causal_mask'),
+    ('mha', 'scaled by sqrt(d_model)'):
+        ('matches_reference_without_bias', 'matches_torch_cross_attention', 'matches_torch_multihead_attention', 'matches_torch_with_causal_mask'),
+    ('mha', 'bias flag ignored'):
+        ('bias_flag', 'matches_reference_without_bias'),
+    ('mha', 'assumes keys as long as queries'):
+        ('cross_attention_shapes', 'gradients_reach_inputs_and_parameters', 'matches_reference_without_bias', 'matches_torch_cross_attention'),
+    ('mha', 'no check of divisibility'):
+        ('rejects_indivisible_d_model',),
+    ('mha', 'heads merged without a transpose'):
+        ('matches_reference_without_bias', 'matches_torch_cross_attention', 'matches_torch_multihead_attention', 'matches_torch_with_causal_mask'),
+    # -- to_torch_mha
+    ('to_torch_mha', 'batch_first left False'):
+        ('returns_batch_first_multihead_attention',),
+    ('to_torch_mha', 'keys stacked first'):
+        ('matches_module_outputs', 'stacks_input_projections'),
+    ('to_torch_mha', 'biases always on, never copied'):
+        ('copies_output_projection', 'matches_module_outputs', 'stacks_input_projections', 'without_bias'),
+    # -- causal_self_attention
+    ('causal_self_attention', 'mask buffer not sliced'):
+        ('dropout_acts_on_the_attention_weights', 'dropout_in_training_mode', 'eval_mode_is_deterministic', 'gradients_reach_input_and_parameters', 'is_causal', 'matches_torch_causal_attention', 'other_context_lengths', 'shapes'),
+    ('causal_self_attention', 'fixed-size buffer, no length check'):
+        ('mask_is_a_buffer', 'other_context_lengths', 'rejects_sequences_longer_than_the_context'),
+    ('causal_self_attention', 'functional dropout in eval'):
+        ('eval_mode_is_deterministic',),
+    ('causal_self_attention', 'mask stored as a parameter'):
+        ('mask_is_a_buffer',),
+    ('causal_self_attention', 'returns the weights after dropout'):
+        ('dropout_in_training_mode',),
+    ('causal_self_attention', 'scaled by sqrt(d_model)'):
+        ('matches_torch_causal_attention',),
+    ('causal_self_attention', 'dropout on the output'):
+        ('dropout_acts_on_the_attention_weights',),
+    # -- train_model
+    ('train_model', 'learning rate ignored'):
+        ('uses_the_learning_rate',),
+    ('train_model', 'losses kept as tensors'):
+        ('returns_one_loss_per_step',),
+    ('train_model', 'optimizer.step() forgotten'):
+        ('learns_the_pattern', 'learns_with_one_head', 'loss_decreases', 'uses_the_learning_rate'),
+    ('train_model', 'targets flattened in the wrong order'):
+        ('learns_the_pattern', 'learns_with_one_head', 'loss_decreases'),
+    ('train_model', 'backward before zero_grad'):
+        ('learns_the_pattern', 'learns_with_one_head', 'loss_decreases', 'uses_the_learning_rate'),
+    # -- head_similarity
+    ('head_similarity', 'dot products without norms'):
+        ('identical_heads_give_one', 'ignores_the_scale_of_a_map', 'matches_cosine_similarity'),
+    ('head_similarity', '1 - cosine'):
+        ('disjoint_heads_give_zero', 'identical_heads_give_one', 'matches_cosine_similarity'),
+    ('head_similarity', 'normalised per query row'):
+        ('matches_cosine_similarity',),
+    ('head_similarity', 'pairs head i with head i only'):
+        ('disjoint_heads_give_zero', 'identical_heads_give_one', 'ignores_the_scale_of_a_map', 'matches_cosine_similarity', 'shape_and_dtype'),
+    # -- kv_cache
+    ('kv_cache', 'cache never appended'):
+        ('chunks_of_several_tokens', 'prompt_then_tokens', 'token_by_token_matches_full_attention'),
+    ('kv_cache', 'chunk mask without the offset'):
+        ('chunks_of_several_tokens', 'prompt_then_tokens', 'token_by_token_matches_full_attention'),
+    ('kv_cache', 'no mask when using the cache'):
+        ('chunks_of_several_tokens', 'prompt_then_tokens'),
+    ('kv_cache', 'cache concatenated along the head axis'):
+        ('chunks_of_several_tokens', 'keeps_float32', 'prompt_then_tokens', 'reset_starts_a_new_sequence', 'token_by_token_matches_full_attention'),
+    ('kv_cache', 'reset forgets the position counter'):
+        ('reset_starts_a_new_sequence',),
+    ('kv_cache', 'reset_cache does nothing'):
+        ('reset_starts_a_new_sequence',),
+    # -- gqa
+    ('gqa', 'repeat instead of repeat_interleave'):
+        ('matches_torch_grouped_query_attention', 'with_causal_mask'),
+    ('gqa', 'no check of the head counts'):
+        ('rejects_bad_head_counts',),
+    ('gqa', 'full-width key/value projections'):
+        ('gradients_reach_input_and_parameters', 'matches_torch_grouped_query_attention', 'one_key_value_head', 'projection_shapes', 'weights_rows_sum_to_one', 'with_causal_mask'),
+}
+
+# Known debt: tests a mistake still fails although the property they state holds (a value test in
+# another regime repeats the comparison).  Tolerated, counted apart, to be untangled.
+STILL_ALSO_FAILS = {
+    ('softmax', "normalised by the whole array's sum"): ('rows_on_different_scales', 'survives_large_inputs'),
+    ('numpy_attention', 'softmax over the queries'): ('survives_large_scores',),
+    ('head_similarity', 'dot products without norms'): ('disjoint_heads_give_zero',),
+    ('head_similarity', '1 - cosine'): ('ignores_the_scale_of_a_map',),
+    ('head_similarity', 'normalised per query row'): ('ignores_the_scale_of_a_map',),
+}

@@ -104,7 +104,7 @@ def test_grade_repo_writes_a_summary_and_results_without_failing_on_wrong_answer
     process = run_grader("grade-repo", "--repo", repo, "--results", tmp_path / "results", "--summary", summary)
     assert process.returncode == 0, process.stderr
     text = summary.read_text()
-    assert "| scaled_attention | sdpa |" in text and "/ 14 |" in text
+    assert "| scaled_attention | sdpa |" in text and "/ 16 |" in text
     assert "without the 1/sqrt(d_k) scaling" in text
     result = json.loads((tmp_path / "results" / "scaled_attention" / "results.json").read_text())
     assert 0 < result["score"] < result["max_score"]
@@ -164,13 +164,13 @@ def test_gradescope_perfect_submission_whatever_its_name(autograder_tree, tmp_pa
     result = run_autograder(autograder_tree, {"Homework 2 (final).ipynb": notebook_bytes(
         tmp_path, solution_answers("scaled_attention"))})
     assert GRADESCOPE_FIELDS <= set(result)
-    assert result["score"] == 14 and all(t["status"] == "passed" for t in result["tests"])
+    assert result["score"] == 16 and all(t["status"] == "passed" for t in result["tests"])
 
 
 def test_gradescope_buggy_submission(autograder_tree, tmp_path):
     result = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(
         tmp_path, {"sdpa": solution_answers("scaled_attention")["sdpa"].replace("/ math.sqrt(d_k)", "")})})
-    assert 0 < result["score"] < 14
+    assert 0 < result["score"] < 16
     assert any(t["status"] == "failed" and "scaling" in t["output"] for t in result["tests"])
 
 

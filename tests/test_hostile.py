@@ -278,5 +278,6 @@ def test_reported_losses_are_checked_against_the_returned_model(class_of_attacks
     def train_model_score(student):
         result = json.loads((out / "results" / student / "heads_at_work" / "results.json").read_text())
         return sum(t["score"] for t in result["tests"] if t["name"].startswith("train_model"))
-    # The idle loop honestly reports one loss per step (1 point); the liar's losses are not believed.
-    assert train_model_score("liar") == 0 < train_model_score("honest_idle") == 1
+    # Neither trains: each earns only "one float per step"; the liar's invented, falling losses are
+    # not believed, so lying gains nothing over the honest idle loop.
+    assert train_model_score("liar") == train_model_score("honest_idle") == 1

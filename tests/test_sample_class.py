@@ -10,21 +10,21 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Scores per student, in the order of ASSIGNMENTS (maxima 18, 14, 22, 33, 23, 19); 0 where a
+# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19); 0 where a
 # student did not submit an assignment.
 ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")
 SCORES = {
-    "ada_perfect": (18, 14, 22, 33, 23, 19),
+    "ada_perfect": (18, 16, 22, 34, 25, 19),
     "ben_untouched": (0, 0, 0, 0, 0, 0),
-    "cara_no_scaling": (0, 4, 22, 33, 0, 0),
-    "dev_wrong_axes": (0, 2, 19, 21, 0, 0),
-    "eli_three_d_only": (0, 1, 21, 33, 0, 0),
-    "fay_syntax_error": (0, 0, 22, 16, 0, 0),
-    "gus_infinite_loop": (0, 0, 22, 33, 0, 0),
+    "cara_no_scaling": (0, 12, 22, 34, 0, 0),
+    "dev_wrong_axes": (0, 6, 19, 24, 0, 0),
+    "eli_three_d_only": (0, 1, 21, 34, 0, 0),
+    "fay_syntax_error": (0, 0, 22, 17, 0, 0),
+    "gus_infinite_loop": (0, 0, 22, 34, 0, 0),
     "hal_corrupt": (0, 0, 0, 0, 0, 0),
-    "ivy_hostile": (0, 0, 22, 16, 0, 0),
-    "jon_unstable": (14, 0, 0, 0, 22, 0),
-    "kim_mask_bugs": (0, 0, 10, 0, 0, 14),
+    "ivy_hostile": (0, 0, 22, 24, 0, 0),
+    "jon_unstable": (14, 0, 0, 0, 24, 0),
+    "kim_mask_bugs": (0, 0, 14, 0, 0, 15),
 }
 EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
             for assignment, score in zip(ASSIGNMENTS, scores)}

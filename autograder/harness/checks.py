@@ -84,26 +84,48 @@ def dtype(value, expected, what, hint=""):
                        hint)
 
 
-def finite(value, what, hint=""):
+def finite(value, what, hint="", mistakes=None):
     value = as_tensor(value)
+    hint = known_mistake(value, mistakes) or hint
     if value.is_floating_point() and not bool(torch.isfinite(value).all()):
         count = int((~torch.isfinite(value)).sum())
         raise Feedback(f"{what} contains {count} NaN or infinite value(s).", hint)
+
+
+FLOAT32_HINT = ("It agrees with the correct values to about 7 digits only, the precision of float32: "
+                "somewhere the computation runs in float32 (.float(), a float32 constant, np.float32). "
+                "Keep the inputs' dtype throughout.")
+
+
+def known_mistake(actual, mistakes):
+    """'It matches what <mistake> gives.' when actual equals what one of the mistakes computes."""
+    for name, value in (mistakes or {}).items():
+        if value is not None and is_close(actual, value):
+            return f"It matches what {name} gives."
+    return ""
+
+
+def float32_precision(actual, expected):
+    """A float64 result that is right only to float32 precision was computed in float32."""
+    actual, expected = as_tensor(actual), as_tensor(expected)
+    return (isinstance(actual, torch.Tensor) and expected.dtype == torch.float64 and actual.shape == expected.shape
+            and bool(torch.allclose(actual.double(), expected, equal_nan=True, **TOLERANCES[torch.float32])))
 
 
 def close(actual, expected, what, hint="", mistakes=None):
     """actual must equal expected within the dtype's tolerance.
 
     mistakes maps a mistake's description to what a submission with that mistake would return;
-    when the student's value matches one, the feedback names it.
+    when the student's value matches one, the feedback names it; a float64 value right only to
+    float32 precision is named as such; otherwise the feedback gives `hint` (a statement of the
+    property, or nothing: never a guess).
     """
     actual_tensor, expected_tensor = as_tensor(actual), as_tensor(expected)
     shape(actual, expected_tensor.shape, what)
     if is_close(actual_tensor, expected_tensor):
         return
-    named = [name for name, value in (mistakes or {}).items()
-             if value is not None and is_close(actual_tensor, value)]
-    difference = (actual_tensor.double() - expected_tensor.double()).abs()
+    named = known_mistake(actual_tensor, mistakes)
+    difference = (actual_tensor.detach().double() - expected_tensor.double()).abs()
     difference = difference[torch.isfinite(difference)]
     largest = f"{float(difference.max()):.3g}" if difference.numel() else "NaN"
     fraction = 1.0 - float(torch.isclose(actual_tensor.to(expected_tensor.dtype), expected_tensor,
@@ -111,12 +133,29 @@ def close(actual, expected, what, hint="", mistakes=None):
     observed = (f"{what}: {fraction:.0%} of the entries differ from the correct values "
                 f"(largest difference {largest}).")
     if named:
-        raise Feedback(observed, f"It matches what {named[0]} gives.")
+        raise Feedback(observed, named)
+    if float32_precision(actual_tensor, expected_tensor):
+        raise Feedback(observed, FLOAT32_HINT)
     raise Feedback(observed, hint)
 
 
-def rows_sum_to_one(weights, what, hint="", rows=None):
+def same(actual, expected, what, hint="", mistakes=None):
+    """Two results of the student's own code that the statement says are equal (batched and looped,
+    masked and with the keys dropped, cached and uncached): equal up to float32 rounding whatever
+    the dtype, since a different order of operations is no mistake here."""
+    actual_tensor, expected_tensor = as_tensor(actual), as_tensor(expected)
+    shape(actual, expected_tensor.shape, what)
+    if bool(torch.allclose(actual_tensor.detach().double(), expected_tensor.detach().double(), equal_nan=True,
+                           **TOLERANCES[torch.float32])):
+        return
+    largest = (actual_tensor.detach().double() - expected_tensor.detach().double()).abs().nan_to_num(0.0).max()
+    raise Feedback(f"{what}: they differ (largest difference {float(largest):.3g}).",
+                   known_mistake(actual_tensor, mistakes) or hint)
+
+
+def rows_sum_to_one(weights, what, hint="", rows=None, mistakes=None):
     weights = as_tensor(weights)
+    hint = known_mistake(weights, mistakes) or hint
     sums = weights.double().sum(-1)
     if rows is not None:
         sums = sums[rows]
@@ -126,8 +165,9 @@ def rows_sum_to_one(weights, what, hint="", rows=None):
                        "every row should sum to 1.", hint)
 
 
-def exactly_zero_where(weights, blocked, what, hint=""):
+def exactly_zero_where(weights, blocked, what, hint="", mistakes=None):
     weights = as_tensor(weights)
+    hint = known_mistake(weights, mistakes) or hint
     leaked = weights[blocked.expand_as(weights)] if blocked.shape != weights.shape else weights[blocked]
     if leaked.numel() and bool((leaked != 0).any()):
         count = int((leaked != 0).sum())

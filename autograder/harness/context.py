@@ -34,8 +34,10 @@ class Student:
                                     "echo_args": echo_args}, replies.call)
 
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
-               train=False, grad=False, grad_outputs=(), attributes=(), seed=0):
-        message = {"op": "module", "cls": cls, "init_args": list(init_args),
+               train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None):
+        """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
+        the given attributes and linear layers: see sandbox/worker.py), then run `steps` on it."""
+        message = {"op": "module", "cls": cls, "stand_in": stand_in, "init_args": list(init_args),
                    "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
                    "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
                    "attributes": list(attributes), "seed": seed}

@@ -8,6 +8,7 @@ has submissions.  Tests ask for two fixtures: `student` (the submission, see con
 with the message the student will see.
 """
 
+import re
 import traceback
 from dataclasses import dataclass
 
@@ -21,6 +22,18 @@ from autograder.student import StudentError, StudentFailure, StudentTimeout
 class Outcome:
     passed: bool
     message: str = ""
+    missing: str = ""  # the name the student's code could not find (a NameError), if that failed it
+
+
+NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
+
+
+def missing_name(error):
+    """The undefined name behind a student's NameError ('' for any other failure)."""
+    if isinstance(error, StudentError) and error.kind == "NameError":
+        found = NOT_DEFINED.match(error.message)
+        return found.group(1) if found else ""
+    return ""
 
 
 def student_message(error):
@@ -111,7 +124,7 @@ class SuiteSession:
                 if not isinstance(error, (Feedback, StudentFailure)):
                     self.internal_errors.append(
                         f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
-                outcome = Outcome(False, student_message(error))
+                outcome = Outcome(False, student_message(error), missing_name(error))
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):

@@ -7,6 +7,7 @@ every test uses sizes that are all distinct (B != H != Sq != Sk != d_k != d_v) a
 """
 
 import contextlib
+import math
 
 import torch
 import torch.nn as nn
@@ -22,15 +23,26 @@ B, H, SQ, SK, D_K, D_V = 2, 3, 5, 7, 4, 6
 D_MODEL = H * D_K
 
 
+SHAPE_ERRORS = ("size of tensor", "shapes cannot be multiplied", "must match the size", "shape '[",
+                "mat1 and mat2", "operands could not be broadcast", "matmul: Input operand",
+                "not broadcastable", "dimension", "expanded size", "out of range")
+
+
 @contextlib.contextmanager
-def crash_hint(hint):
-    """When the student's code raises, show their error and traceback, then the likely cause."""
+def crash_hint(hint, when=SHAPE_ERRORS):
+    """When the student's code raises an error whose message says one of `when` (by default, a
+    mismatch of shapes), show their error and traceback, then the likely cause; any other error
+    is shown as it is.  `hint` may also be a list of (signs, hint) pairs: the first that matches."""
+    causes = hint if isinstance(hint, list) else [(when, hint)]
     try:
         yield
     except StudentError as error:
         if error.kind == "NotImplementedError":
             raise
-        raise Feedback(student_message(error), f"Likely cause: {hint}") from None
+        for signs, cause in causes:
+            if any(sign in error.message for sign in signs):
+                raise Feedback(student_message(error), f"Likely cause: {cause}") from None
+        raise
 
 
 def randn(*shape, dtype=torch.float64, seed=0):
@@ -62,6 +74,9 @@ def tril(sq, sk=None):
 
 BACKWARD_HINT = ("The backward pass failed: an in-place operation (masked_fill_, /=, +=) on a tensor that "
                  "autograd still needs breaks it; use the out-of-place forms.")
+INPLACE_ERRORS = ("inplace operation", "in-place operation")
+CUT_HINT = ("Its path to the output is cut: something is detached, converted to NumPy, or rebuilt as a "
+            "new tensor from its values.")
 
 
 # -- scaled_dot_product_attention --------------------------------------------------------------
@@ -69,9 +84,11 @@ BACKWARD_HINT = ("The backward pass failed: an in-place operation (masked_fill_,
 def sdpa(student, q, k, v, mask=None, grad_outputs=None):
     """Call the student's scaled_dot_product_attention; returns ((output, weights), input grads)."""
     kwargs = {} if mask is None else {"mask": mask}
-    with crash_hint(BACKWARD_HINT if grad_outputs is not None else
-                    "Transpose only the last two dimensions of k (k.transpose(-2, -1)), let the mask "
-                    "broadcast, and do not assume that queries and keys have the same length."):
+    with crash_hint(BACKWARD_HINT, INPLACE_ERRORS) if grad_outputs is not None else \
+            crash_hint([(("is invalid for input of size",), "the code assumes that queries and keys have the "
+                         "same length; here Sq != Sk."),
+                        (("must match the size of tensor", "Dimension out of range"), "Transpose only the last "
+                         "two dimensions of k: k.transpose(-2, -1) works for any number of leading dimensions.")]):
         reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
                              grad_outputs=grad_outputs or (), **kwargs)
     output, weights = checks.pair(reply["output"], "scaled_dot_product_attention")
@@ -133,9 +150,10 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 
 
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
-               train=False, grad_outputs=None, functions=()):
-    """Build the student's module `cls`, load `params`, run `calls` ((method, args, kwargs) or
-    (args, kwargs) for forward) in order on the one instance; returns the probe's reply."""
+               train=False, grad_outputs=None, functions=(), stand_in=None):
+    """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
+    `calls` ((method, args, kwargs) or (args, kwargs) for forward) and then `functions`
+    ((name, args, kwargs), called with the module first) on the one instance; returns the reply."""
     steps = []
     for call in calls:
         method, args, kwargs = call if len(call) == 3 else ("forward", *call)
@@ -144,7 +162,7 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
         steps.append({"function": function, "args": list(args), "kwargs": dict(kwargs)})
     try:
         return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
-                              steps=steps, grad=grad_outputs is not None,
+                              steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
                               grad_outputs=grad_outputs or [[] for _ in steps])
     except StudentError as error:
         if error.kind == "AttributeError" and "no parameter named" in error.message:
@@ -154,33 +172,53 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
         raise
 
 
-def expect_value_error(student, cls, init_args, what, hint):
-    """The constructor must refuse these arguments with a ValueError."""
+def expect_value_error(attempt, what, hint):
+    """attempt() must make the student's code raise ValueError.  A missing name (the cell that
+    should define it did not run) or an untouched stub is passed on, to be reported as such."""
     try:
-        student.module(cls, init_args, {})
+        attempt()
     except StudentError as error:
+        if error.kind in ("NameError", "NotImplementedError"):
+            raise
         checks.require(error.kind == "ValueError", f"{what} raised {error.kind}, not ValueError.", hint)
         return
     raise Feedback(f"{what} was accepted.", hint)
 
 
-def reference_gradients(reference, params, x, upstream):
-    """Gradients of reference(params, x) with respect to x and every parameter, named as in a
-    run_module reply ("x", "W_q.weight", ...); upstream holds one gradient per output."""
-    sources = {"x": x.clone().requires_grad_()}
-    sources.update({name: value.clone().requires_grad_() for name, value in params.items()})
-    outputs = reference({name: sources[name] for name in params}, sources["x"])
-    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-    return dict(zip(sources, torch.autograd.grad(outputs, list(sources.values()), upstream)))
+def check_gradients(reply, forward, params, inputs, upstream, seed=900):
+    """The gradients autograd gave through the student's forward (reply: input of the first call,
+    then parameters) equal finite differences of that same forward, run again: along one random
+    direction of the inputs and every parameter.  A wrong value elsewhere cannot fail this.
+
+    forward(params, inputs) -> the outputs of the student's forward; upstream: one gradient per output.
+    """
+    got = dict(reply["param_grads"])
+    got.update(zip(inputs, reply["input_grads"][0]))
+    point = {**inputs, **params}
+    for name in point:
+        checks.require(got.get(name) is not None, f"No gradient reaches {name}.", CUT_HINT)
+    direction = {name: randn(*value.shape, seed=seed + index) for index, (name, value) in enumerate(point.items())}
+
+    def loss(shift):
+        moved = {name: value + shift * direction[name] for name, value in point.items()}
+        outputs = forward({name: moved[name] for name in params}, {name: moved[name] for name in inputs})
+        return sum(float((output.double() * grad).sum()) for output, grad in zip(outputs, upstream))
+
+    step = 1e-3
+    numeric = (loss(step) - loss(-step)) / (2 * step)
+    analytic = sum(float((got[name].double() * direction[name]).sum()) for name in point)
+    if math.isnan(numeric):  # the forward itself gives NaN: its own tests say so, nothing to compare here
+        return
+    checks.require(abs(numeric - analytic) <= 1e-3 * (1 + abs(numeric)),
+                   f"The gradients disagree with your own forward pass: along a random direction of the "
+                   f"inputs and parameters they give {analytic:.6g}, finite differences give {numeric:.6g}.")
 
 
-def check_gradients(reply, expected, hint):
-    """The student's gradients (input of the first call, then parameters) equal the expected ones."""
-    got = dict(reply["param_grads"], x=reply["input_grads"][0][0])
-    for name, want in expected.items():
-        checks.require(got.get(name) is not None, f"No gradient reaches {name}.",
-                       "Is a projection unused, or is something detached along the way?")
-        checks.close(got[name], want, f"The gradient with respect to {name}", hint)
+def mha_stand_in(d_model=D_MODEL, num_heads=H, bias=True):
+    """What the statement of MultiHeadAttention promises later exercises: d_model, num_heads, d_k
+    and the four projections (see Student.module)."""
+    return {"attributes": {"d_model": d_model, "num_heads": num_heads, "d_k": d_model // num_heads},
+            "linears": {name: [d_model, d_model, bias] for name in PROJECTIONS}}
 
 
 def build_mha(student, d_model=D_MODEL, num_heads=H, bias=True, **options):
@@ -278,7 +316,7 @@ def causal_attention(student, inputs, *, params, context=CONTEXT, dropout=0.0, t
     """Run the student's CausalAttention on each input in turn; returns (outputs, reply)."""
     bias = has_bias(params)
     with crash_hint("masked_fill needs a boolean mask of the scores' shape: make the buffer boolean and "
-                    "slice it to the current length, mask[:T, :T]."):
+                    "slice it to the current length, mask[:T, :T].", SHAPE_ERRORS + ("boolean",)):
         reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
                            {"dropout": dropout, "qkv_bias": bias}, params=params, train=train,
                            dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
@@ -304,17 +342,33 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
     """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
     d_model = inputs[0].shape[-1]
     bias = has_bias(params)
-    with crash_hint("Slice the [context_length, context_length] mask buffer to the current length T "
-                    "([:T, :T]) and let it broadcast over batch and heads."):
+    try:
         reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
                            {"dropout": dropout, "bias": bias}, params=params, train=train,
                            dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
                            grad_outputs=grad_outputs)
+    except StudentError as error:
+        if error.kind == "NotImplementedError" or not any(sign in error.message for sign in SHAPE_ERRORS):
+            raise
+        raise Feedback(student_message(error), mask_buffer_cause(student, d_model, num_heads, context)) from None
     pairs = []
     for output in reply["outputs"]:
         result, weights = checks.pair(output, "CausalSelfAttention.forward")
         pairs.append((checks.tensor(result, "The output"), checks.tensor(weights, "The weights")))
     return pairs, reply
+
+
+def mask_buffer_cause(student, d_model, num_heads, context):
+    """Why a CausalSelfAttention's mask did not fit, read from the sizes of its square buffers."""
+    built = student.module("CausalSelfAttention", (d_model, num_heads, context), {})
+    sizes = {buffer.shape[-1] for buffer in built["buffers"].values()
+             if buffer.dim() >= 2 and buffer.shape[-1] == buffer.shape[-2]}
+    if context in sizes:
+        return "Likely cause: the [context_length, context_length] mask buffer is not sliced to [:T, :T]."
+    if sizes:
+        return (f"Likely cause: the mask buffer is {sorted(sizes)[0]} x {sorted(sizes)[0]} whatever the "
+                f"context_length ({context} here): size it by context_length.")
+    return ""
 
 
 # -- train_model -----------------------------------------------------------------------------
@@ -339,12 +393,12 @@ def trained_pattern_model(student, reference, num_heads, steps, sequences):
     return student.memo[key]
 
 
-def pattern_loss(model, inputs, targets):
+def pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.reshape(-1)):
     """The training loss of a PatternModel on a batch, computed here (never taken from the student)."""
     model.eval()
     with torch.no_grad():
         logits = model(inputs)[0]
-        return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
+        return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flatten_targets(targets)))
 
 
 # -- CachedSelfAttention ---------------------------------------------------------------------

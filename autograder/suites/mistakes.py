@@ -9,11 +9,13 @@ import math
 import torch
 
 
-def _attention(q, k, v, mask=None, *, scale=None, dim=-1, invert=False, mask_after=False):
+def _attention(q, k, v, mask=None, *, scale=None, dim=-1, invert=False, mask_after=False, add=False):
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale
     if mask is not None and invert:
         mask = ~mask
+    if mask is not None and add:
+        scores, mask = scores + mask.to(scores.dtype), None
     if mask is not None and not mask_after:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
@@ -38,6 +40,8 @@ def sdpa_mistakes(q, k, v, mask=None):
         found["masking after the softmax (the remaining weights no longer sum to 1)"] = \
             _attention(q, k, v, mask, mask_after=True)
         found["ignoring the mask (is the result of masked_fill assigned back?)"] = _attention(q, k, v)
+        found["adding the boolean mask to the scores (True becomes +1) instead of filling the blocked "
+              "scores with -inf before the softmax"] = _attention(q, k, v, mask, add=True)
     return found
 
 
@@ -73,6 +77,69 @@ def merge_heads_mistakes(x):
             x.reshape(b, s, h * d_k),
         "putting the head axis last ([B, S, d_k, H]) before flattening":
             x.permute(0, 2, 3, 1).reshape(b, s, h * d_k),
+    }
+
+
+def _mha(params, num_heads, query, key, value, mask=None, *, scale=None, shared=False, output_projection=True,
+         merge_transposed=True):
+    """Multi-head attention with W_q...W_o from params, written out so that each mistake below is one
+    switch: the attention maths stay those of _attention."""
+    def project(name, x):
+        return torch.nn.functional.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    def split(x):
+        b, s, d = x.shape
+        return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)
+
+    q = split(project("W_q", query))
+    k = split(project("W_q" if shared else "W_k", key))
+    v = split(project("W_q" if shared else "W_v", value))
+    context, weights = _attention(q, k, v, mask, scale=scale)
+    b, h, s, d_k = context.shape
+    merged = context.transpose(1, 2).reshape(b, s, h * d_k) if merge_transposed else context.reshape(b, s, h * d_k)
+    return (project("W_o", merged) if output_projection else merged), weights
+
+
+def mha_mistakes(params, num_heads, query, key, value, mask=None):
+    """description -> (output, weights) of a mistaken multi-head attention."""
+    d_model = query.shape[-1]
+    return {
+        "one projection (W_q) for queries, keys and values; W_k and W_v are never used":
+            _mha(params, num_heads, query, key, value, mask, shared=True),
+        "leaving out the output projection W_o": _mha(params, num_heads, query, key, value, mask,
+                                                      output_projection=False),
+        "scaling by sqrt(d_model) instead of sqrt(d_k) of one head":
+            _mha(params, num_heads, query, key, value, mask, scale=1 / math.sqrt(d_model)),
+        "merging the heads with a reshape of [B, H, S, d_k] without moving the head axis back first":
+            _mha(params, num_heads, query, key, value, mask, merge_transposed=False),
+    }
+
+
+def kv_cache_mistakes(params, num_heads, x, first, chunk):
+    """description -> the concatenated outputs of a mistaken cache, fed `first` tokens, then
+    `chunk` at a time (as adapters.token_by_token does)."""
+    bounds = [(0, first)] + [(start, min(start + chunk, x.shape[1])) for start in range(first, x.shape[1], chunk)]
+
+    def run(window, mask_of):
+        outputs = []
+        for start, end in bounds:
+            seen = window(start, end)
+            keys = x[:, seen]
+            mask = mask_of(end - start, len(seen), start - seen.start)
+            outputs.append(_mha(params, num_heads, x[:, start:end], keys, keys, mask)[0])
+        return torch.cat(outputs, dim=1)
+
+    def tril(rows, columns, diagonal):
+        return torch.ones(rows, columns, dtype=torch.bool).tril(diagonal=diagonal)
+
+    return {
+        "a cache that is never appended to (each new piece sees only its own tokens)":
+            run(lambda start, end: range(start, end), tril),
+        "a chunk mask without the offset P (tril() over [T_new, P + T_new] hides cached keys from the new "
+        "tokens; tril(diagonal=P) is right)":
+            run(lambda start, end: range(0, end), lambda rows, columns, past: tril(rows, columns, 0)),
+        "no causal mask among the new tokens when the cache is used":
+            run(lambda start, end: range(0, end), lambda rows, columns, past: None),
     }
 
 
@@ -131,9 +198,14 @@ def causal_attention_mistakes(params, x):
     q, k, v = (project(name) for name in ("W_query", "W_key", "W_value"))
     t = x.shape[1]
     future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
+    only_future = _attention(q, k, v, future)[0]
     return {
         "no mask at all (every token sees the future)": _attention(q, k, v)[0],
-        "a mask filled where the mask is 0 (mask == 0): only the future is kept":
+        "a mask that blocks the past and keeps only the future, so the last position sees nothing and gets "
+        "NaN (masked_fill fills where its mask is True: that mask must be True above the diagonal)":
+            only_future.masked_fill(~future.any(-1)[:, None], float("nan")),
+        "a mask that blocks the past and keeps only the future (masked_fill fills where its mask is "
+        "True, so that mask must be True above the diagonal: triu(diagonal=1))":
             _attention(q, k, v, future)[0],
         "a mask that also hides the diagonal (a token may not see itself)":
             _attention(q, k, v, ~torch.ones(t, t, dtype=torch.bool).triu())[0],

@@ -3,13 +3,8 @@
 import torch
 
 from autograder.harness import checks
-from autograder.harness.checks import Feedback
-from autograder.student import StudentError
 from autograder.suites import adapters as A
-
-LAYOUT_HINT = ("Head h must use rows h*d_k:(h+1)*d_k of W_q, W_k, W_v: split with "
-               "view(B, S, H, d_k).transpose(1, 2), merge with transpose(1, 2) and a reshape, "
-               "and apply W_o after merging. Scale the scores by sqrt(d_k) of one head, not sqrt(d_model).")
+from autograder.suites.mistakes import mha_mistakes, pick
 
 
 def self_attention_inputs(dtype=torch.float64, seed=30):
@@ -23,15 +18,8 @@ def cross_attention_inputs(dtype=torch.float64, seed=40):
 
 
 def test_rejects_indivisible_d_model(student):
-    try:
-        A.build_mha(student, d_model=10, num_heads=3)
-    except StudentError as error:
-        checks.require(error.kind == "ValueError",
-                       f"MultiHeadAttention(10, 3) raised {error.kind}, not ValueError.",
-                       "Raise ValueError when d_model % num_heads != 0.")
-        return
-    raise Feedback("MultiHeadAttention(10, 3) was created although 10 is not divisible by 3.",
-                   "Raise ValueError when d_model % num_heads != 0.")
+    A.expect_value_error(lambda: A.build_mha(student, d_model=10, num_heads=3), "MultiHeadAttention(10, 3)",
+                         "Raise ValueError when d_model % num_heads != 0.")
 
 
 def test_has_four_projections(student):
@@ -74,9 +62,9 @@ def _compare_with_torch(student, query, key, value, mask, what):
     params = A.mha_parameters()
     (output, weights), _ = A.mha(student, query, key, value, mask, params=params)
     want_output, want_weights = A.torch_mha(params, A.H, query, key, value, mask)
-    checks.close(weights, want_weights, f"The {what} weights", LAYOUT_HINT)
-    checks.close(output, want_output, f"The {what} output",
-                 "The weights are right, so check the merge of the heads and W_o.")
+    mistakes = mha_mistakes(params, A.H, query, key, value, mask)
+    checks.close(weights, want_weights, f"The {what} weights", "", pick(mistakes, 1))
+    checks.close(output, want_output, f"The {what} output", "", pick(mistakes, 0))
 
 
 def test_matches_torch_multihead_attention(student):
@@ -99,33 +87,25 @@ def test_matches_reference_without_bias(student, reference):
     mask = A.random_mask(A.B, 1, A.SQ, A.SK, seed=6)
     (output, _), _ = A.mha(student, query, key, value, mask, params=params)
     expected, _ = A.reference_mha(reference, params, A.H)(query, key, value, mask=mask)
-    checks.close(output, expected, "The output with bias=False and a [B, 1, Sq, Sk] mask",
-                 "With bias=False every projection is a plain matrix product.")
+    checks.close(output, expected, "The output with bias=False and a [B, 1, Sq, Sk] mask", "",
+                 pick(mha_mistakes(params, A.H, query, key, value, mask), 0))
 
 
 def test_weights_rows_sum_to_one(student):
     x = self_attention_inputs(seed=32)
     (_, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters())
     checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights")
-    checks.rows_sum_to_one(weights, "The attention weights", "Is the softmax over the keys?")
+    checks.rows_sum_to_one(weights, "The attention weights", mistakes=pick(mha_mistakes(
+        A.mha_parameters(), A.H, x, x, x), 1))
 
 
-def test_gradients_reach_inputs_and_parameters(student, reference):
+def test_gradients_reach_inputs_and_parameters(student):
     query, key, value = cross_attention_inputs(seed=70)
     params = A.mha_parameters(seed=80)
     upstream = [A.randn(A.B, A.SQ, A.D_MODEL, seed=90), A.randn(A.B, A.H, A.SQ, A.SK, seed=91)]
     _, reply = A.mha(student, query, key, value, params=params, grad_outputs=upstream)
-    module = A.reference_mha(reference, params, A.H)
-    inputs = [t.clone().requires_grad_() for t in (query, key, value)]
-    output, weights = module(*inputs)
-    names = list(dict(module.named_parameters()))
-    expected = torch.autograd.grad([output, weights], inputs + list(module.parameters()), upstream)
-    got = dict(zip(("query", "key", "value"), reply["input_grads"][0]))
-    got.update(reply["param_grads"])
-    for name, want in zip(["query", "key", "value"] + names, expected):
-        checks.require(got.get(name) is not None, f"No gradient reaches {name}.",
-                       "Is a projection unused, or is something detached along the way?")
-        checks.close(got[name], want, f"The gradient with respect to {name}", LAYOUT_HINT)
+    A.check_gradients(reply, lambda weights, inputs: A.mha(student, *inputs.values(), params=weights)[0],
+                      params, {"query": query, "key": key, "value": value}, upstream)
 
 
 def test_keeps_float32_and_float64(student):

@@ -14,12 +14,24 @@ def expected(lengths, max_len):
     return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, None, :]
 
 
+def shape_cause(mask, batch, max_len, longest):
+    """The cause of a wrong shape, when the shape shows it."""
+    shape = tuple(mask.shape)
+    if shape == (batch, max_len):
+        return "Return [B, 1, 1, S] so that it broadcasts against scores [B, H, Sq, Sk]."
+    if shape == (batch, 1, max_len, 1):
+        return "A [B, 1, S, 1] mask would block queries instead of keys."
+    if shape[-1:] == (longest,) and longest != max_len:
+        return "Its last axis should have max_len key positions: use the max_len argument, not lengths.max()."
+    return ""
+
+
 def test_is_boolean_with_broadcast_shape(student):
     mask = A.padding_mask(student, LENGTHS, MAX_LEN)
     checks.require(mask.dtype == torch.bool, f"padding_mask returned dtype {mask.dtype}; expected torch.bool.",
                    "Build it from a comparison (positions < lengths), which gives booleans.")
     checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)",
-                 "Return [B, 1, 1, S] so that it broadcasts against scores [B, H, Sq, Sk].")
+                 shape_cause(mask, len(LENGTHS), MAX_LEN, int(LENGTHS.max())))
 
 
 def test_allows_real_keys_only(student):
@@ -35,15 +47,13 @@ def test_full_length_allows_every_key(student):
     mask = A.padding_mask(student, lengths, 4)
     checks.shape(mask, (2, 1, 1, 4), "padding_mask for sequences without padding")
     checks.require(bool(mask.all()), "A sequence as long as max_len has blocked keys.",
-                   "Compare with <, not <=, and make True mean 'may attend'.")
+                   "True means 'may attend'.")
 
 
 def test_blocks_keys_not_queries(student):
     lengths = torch.tensor([2, 5, 3])
     mask = A.padding_mask(student, lengths, 6)
-    checks.shape(mask, (3, 1, 1, 6), "padding_mask(lengths, 6)",
-                 "Its last axis has max_len key positions (use the max_len argument, not lengths.max()); "
-                 "a [B, 1, S, 1] mask would block queries instead of keys.")
+    checks.shape(mask, (3, 1, 1, 6), "padding_mask(lengths, 6)", shape_cause(mask, 3, 6, 5))
 
 
 def test_padded_keys_do_not_change_outputs(student):

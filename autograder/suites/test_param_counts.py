@@ -1,8 +1,7 @@
 """Hidden tests for qkv_parameter_counts(d_model, num_heads, bias=False) -> dict of three counts."""
 
 from autograder.harness import checks
-from autograder.harness.checks import Feedback
-from autograder.student import StudentError
+from autograder.suites import adapters as A
 
 KEYS = ("full_heads", "split_heads", "fused")
 CASES = [(48, 6), (20, 4), (512, 8)]
@@ -24,16 +23,20 @@ def counts(student, d_model, num_heads, **kwargs):
     checks.require(isinstance(value, dict) and all(key in value for key in KEYS),
                    f"qkv_parameter_counts returned {type(value).__name__}; expected a dict with keys "
                    + ", ".join(repr(key) for key in KEYS) + ".")
-    for key in KEYS:
-        checks.require(isinstance(value[key], int) and not isinstance(value[key], bool),
-                       f"The count {key!r} is a {type(value[key]).__name__}, not an int.",
-                       "Use integer arithmetic (// rather than /).")
     return value
+
+
+def count(value, key):
+    """One count, which must be an int."""
+    checks.require(isinstance(value[key], int) and not isinstance(value[key], bool),
+                   f"The count {key!r} is a {type(value[key]).__name__}, not an int.",
+                   "Use integer arithmetic (// rather than /).")
+    return value[key]
 
 
 def check_count(student, key, hint, bias=False):
     for d_model, num_heads in CASES:
-        got = counts(student, d_model, num_heads, **({"bias": True} if bias else {}))[key]
+        got = count(counts(student, d_model, num_heads, **({"bias": True} if bias else {})), key)
         checks.equal(got, expected(d_model, num_heads, bias)[key],
                      f"The {key!r} count for d_model={d_model}, {num_heads} heads"
                      + (", bias=True" if bias else ""), hint)
@@ -53,17 +56,19 @@ def test_full_width_heads(student):
 
 
 def test_counts_biases(student):
-    for key in KEYS:
-        check_count(student, key, "Each projection adds one bias per output feature: d_model for a "
-                                  "full projection, d_k for one head's slice.", bias=True)
+    """bias=True adds exactly the biases: compared as the difference of the student's own counts,
+    so a wrong weight count is charged to its own test only."""
+    for d_model, num_heads in CASES:
+        with_bias, without = counts(student, d_model, num_heads, bias=True), counts(student, d_model, num_heads)
+        for key in KEYS:
+            want = expected(d_model, num_heads, True)[key] - expected(d_model, num_heads)[key]
+            added = count(with_bias, key) - count(without, key)
+            checks.equal(added, want,
+                         f"The biases bias=True adds to the {key!r} count for d_model={d_model}, {num_heads} heads",
+                         "bias=True must add the biases: one per output feature of each projection." if added == 0
+                         else "")
 
 
 def test_rejects_indivisible_d_model(student):
-    try:
-        counts(student, 10, 3)
-    except StudentError as error:
-        checks.require(error.kind == "ValueError", f"qkv_parameter_counts(10, 3) raised {error.kind}.",
-                       "Raise ValueError when d_model % num_heads != 0.")
-        return
-    raise Feedback("qkv_parameter_counts(10, 3) returned counts although 10 is not divisible by 3.",
-                   "Raise ValueError when d_model % num_heads != 0.")
+    A.expect_value_error(lambda: counts(student, 10, 3), "qkv_parameter_counts(10, 3)",
+                         "Raise ValueError when d_model % num_heads != 0.")

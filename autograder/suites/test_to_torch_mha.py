@@ -1,24 +1,24 @@
-"""Hidden tests for to_torch_mha(module) -> nn.MultiheadAttention with the module's weights."""
+"""Hidden tests for to_torch_mha(module) -> nn.MultiheadAttention with the module's weights.
+
+The module handed to to_torch_mha is built by the grader (adapters.mha_stand_in: the attributes
+and layers MultiHeadAttention's statement promises), so a slip in the student's own
+MultiHeadAttention costs points in that exercise only."""
 
 import torch
 
 from autograder.harness import checks
 from autograder.suites import adapters as A
 
-# float32 throughout: nn.MultiheadAttention is created in float32 unless told otherwise, and
-# copying weights into it is what is graded here, not the choice of dtype.
+# float32 unless a test says otherwise: the dtype has its own test.
 DTYPE = torch.float32
 TORCH_MHA = "torch.nn.modules.activation.MultiheadAttention"
-STACK_HINT = ("in_proj_weight is torch.cat([W_q.weight, W_k.weight, W_v.weight]) along dim 0 "
-              "(queries first); copy it inside torch.no_grad().")
 
-
-def converted(student, bias=True, seed=10):
-    """Build the student's MultiHeadAttention with known weights and convert it; returns
-    (the weights used, the description of the returned module)."""
-    params = A.mha_parameters(bias=bias, seed=seed, dtype=DTYPE)
-    reply = A.run_module(student, "MultiHeadAttention", (A.D_MODEL, A.H), {} if bias else {"bias": False},
-                         params=params, dtype=DTYPE, functions=[("to_torch_mha", (), {})])
+def converted(student, bias=True, seed=10, dtype=DTYPE):
+    """Convert a MultiHeadAttention with known weights; returns (the weights used, the
+    description of the returned module)."""
+    params = A.mha_parameters(bias=bias, seed=seed, dtype=dtype)
+    reply = A.run_module(student, "MultiHeadAttention", (), params=params, dtype=dtype,
+                         functions=[("to_torch_mha", (), {})], stand_in=A.mha_stand_in(bias=bias))
     result = reply["outputs"][0]
     checks.require(isinstance(result, dict) and result.get("class") == TORCH_MHA,
                    "to_torch_mha did not return an nn.MultiheadAttention.",
@@ -35,6 +35,14 @@ def rebuilt(result):
     return module
 
 
+def stacking_mistakes(params, part):
+    """description -> the stacked in_proj_<part> of a mistaken conversion."""
+    q, k, v = (params[f"{name}.{part}"] for name in A.PROJECTIONS[:3])
+    return {"stacking keys before queries (the order is queries, keys, values)": torch.cat([k, q, v]),
+            "leaving nn.MultiheadAttention's own initial values (nothing was copied)":
+                torch.zeros_like(torch.cat([q, k, v])) if part == "bias" else None}
+
+
 def test_returns_batch_first_multihead_attention(student):
     _, result = converted(student)
     attributes = result["attributes"]
@@ -49,16 +57,21 @@ def test_stacks_input_projections(student):
     params, result = converted(student)
     want = torch.cat([params[f"{name}.weight"] for name in A.PROJECTIONS[:3]])
     checks.require("in_proj_weight" in result["state"], "The returned module has no in_proj_weight.")
-    checks.close(result["state"]["in_proj_weight"].to(DTYPE), want, "in_proj_weight", STACK_HINT)
+    checks.close(result["state"]["in_proj_weight"].to(DTYPE), want, "in_proj_weight", "",
+                 stacking_mistakes(params, "weight"))
     want_bias = torch.cat([params[f"{name}.bias"] for name in A.PROJECTIONS[:3]])
-    checks.close(result["state"]["in_proj_bias"].to(DTYPE), want_bias, "in_proj_bias", STACK_HINT)
+    checks.require("in_proj_bias" in result["state"], "The returned module has no in_proj_bias, but the module "
+                   "has biases.", "Pass bias=True to nn.MultiheadAttention when the module has biases.")
+    checks.close(result["state"]["in_proj_bias"].to(DTYPE), want_bias, "in_proj_bias", "",
+                 stacking_mistakes(params, "bias"))
 
 
 def test_copies_output_projection(student):
     params, result = converted(student)
     for part in ("weight", "bias"):
         checks.close(result["state"][f"out_proj.{part}"].to(DTYPE), params[f"W_o.{part}"],
-                     f"out_proj.{part}", "out_proj is an nn.Linear: copy W_o into it.")
+                     f"out_proj.{part}", "", {"leaving nn.MultiheadAttention's own initial values (nothing was "
+                                              "copied)": torch.zeros_like(params["W_o.bias"]) if part == "bias" else None})
 
 
 def test_matches_module_outputs(student):
@@ -66,7 +79,7 @@ def test_matches_module_outputs(student):
     x = A.randn(A.B, A.SQ, A.D_MODEL, seed=21, dtype=DTYPE)
     want, _ = A.torch_mha(params, A.H, x, x, x, A.tril(A.SQ))
     got, _ = rebuilt(result)(x, x, x, attn_mask=~A.tril(A.SQ))
-    checks.close(got.detach(), want.detach(), "The converted module's causal self-attention output", STACK_HINT)
+    checks.close(got.detach(), want.detach(), "The converted module's causal self-attention output")
 
 
 def test_without_bias(student):
@@ -74,8 +87,12 @@ def test_without_bias(student):
     checks.require("in_proj_bias" not in result["state"],
                    "The module has no biases, but the returned nn.MultiheadAttention has some.",
                    "Pass bias=False to nn.MultiheadAttention when the module has none.")
-    query = A.randn(A.B, A.SQ, A.D_MODEL, seed=31, dtype=DTYPE)
-    key = A.randn(A.B, A.SK, A.D_MODEL, seed=32, dtype=DTYPE)
-    want, _ = A.torch_mha(params, A.H, query, key, key)
-    got, _ = rebuilt(result)(query, key, key)
-    checks.close(got.detach(), want.detach(), "The converted module's cross-attention output", STACK_HINT)
+    checks.require("in_proj_weight" in result["state"] and "out_proj.weight" in result["state"],
+                   "The returned module has no in_proj_weight or out_proj.weight.")
+
+
+def test_keeps_the_modules_dtype(student):
+    _, result = converted(student, dtype=torch.float64, seed=40)
+    checks.require("in_proj_weight" in result["state"], "The returned module has no in_proj_weight.")
+    checks.dtype(result["state"]["in_proj_weight"], torch.float64, "in_proj_weight of a float64 module",
+                 "Create nn.MultiheadAttention with dtype=module.W_q.weight.dtype.")

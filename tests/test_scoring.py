@@ -1,0 +1,63 @@
+"""Scoring is a pure function of what was observed: no process, no files, no pytest session."""
+
+from autograder.harness.plugin import Outcome
+from autograder.results import SubmissionResult
+from autograder.scoring import NOT_RUN, score_notebook
+from autograder.student import CellReport
+from autograder.submission import Cell
+from tests.notebooks import COURSE
+
+NOTEBOOK = COURSE.assignment("multi_head").notebooks[0]
+SYNTAX = CellReport("mha", "syntax", "invalid syntax", '  File "<cell mha>", line 3\n    def forward(self x):\n'
+                    "SyntaxError: invalid syntax", defines=("MultiHeadAttention",))
+
+
+def outcomes(exercise_id, failing, message="", missing=""):
+    """Every test of the notebook passes except those of exercise_id named in failing."""
+    return {(exercise.id, test): Outcome(False, message, missing) if exercise.id == exercise_id and test in failing
+            else Outcome(True) for exercise in NOTEBOOK.exercises for test in exercise.points}
+
+
+def test_a_syntax_error_is_reported_once_at_the_top_of_its_exercise():
+    mha = next(e for e in NOTEBOOK.exercises if e.id == "mha")
+    observed = outcomes("mha", set(mha.points), "Your code raised NameError: MultiHeadAttention is not "
+                        "defined in the notebook.", "MultiHeadAttention")
+    result = score_notebook(NOTEBOOK, observed, [SYNTAX], {})
+    tests = [t for t in result.tests if t.exercise == "mha"]
+    assert all(t.score == 0 and t.output == NOT_RUN for t in tests)
+    assert list(result.notes) == ["mha"] and result.notes["mha"].count("SyntaxError") == 1
+    feedback = SubmissionResult("s", "multi_head", [result]).feedback()
+    assert feedback.count("SyntaxError: invalid syntax") == 1
+    assert feedback.index("SyntaxError") < feedback.index("test_has_four_projections")
+    # an exercise that does not use the broken cell hears nothing about it
+    assert all(t.score == t.max_score for t in result.tests if t.exercise == "heads")
+
+
+def test_a_later_exercise_that_needs_the_broken_cell_gets_the_note_too():
+    observed = outcomes("to_torch_mha", {"test_matches_module_outputs"},
+                        "Your code raised NameError: name 'MultiHeadAttention' is not defined.", "MultiHeadAttention")
+    result = score_notebook(NOTEBOOK, observed, [SYNTAX], {})
+    assert "SyntaxError" in result.notes["to_torch_mha"]
+    failed = [t for t in result.tests if t.score < t.max_score]
+    assert [t.test for t in failed] == ["test_matches_module_outputs"] and failed[0].output == NOT_RUN
+
+
+def test_a_failure_with_another_cause_keeps_its_own_message():
+    raised = CellReport("mha", "error", "boom", "ValueError: boom", defines=("MultiHeadAttention",))
+    observed = outcomes("mha", {"test_bias_flag"}, "MultiHeadAttention(..., bias=False) still has bias parameters.")
+    result = score_notebook(NOTEBOOK, observed, [raised], {})
+    failed = next(t for t in result.tests if t.test == "test_bias_flag")
+    assert failed.output.startswith("MultiHeadAttention(..., bias=False)")
+    assert "ValueError: boom" in result.notes["mha"] and "ValueError" not in failed.output
+
+
+def test_a_broken_rule_replaces_every_outcome_of_its_exercise():
+    result = score_notebook(NOTEBOOK, outcomes("mha", set()), [], {"mha": "No credit: from scratch."})
+    assert {t.output for t in result.tests if t.exercise == "mha"} == {"No credit: from scratch."}
+    assert sum(t.score for t in result.tests if t.exercise == "mha") == 0
+
+
+def test_cells_know_what_they_define_even_with_a_syntax_error():
+    cell = Cell("mha", "import torch\nclass MultiHeadAttention(nn.Module:\n    x = 1\ndef helper(a):\n"
+                       "    pass\nSCALE: float = 2.0\nflag == 3\n")
+    assert cell.defines == ("MultiHeadAttention", "helper", "SCALE")
