@@ -6,6 +6,7 @@
     <out>/results/<student>/<assignment>/grade.json     the record every other output is made from
     <out>/results/<student>/<assignment>/results.json   Gradescope's format
     <out>/feedback/<student>/<assignment>/feedback.md   what the student reads
+    <out>/feedback/<student>/<assignment>/feedback.html the same, with pictures of attention weights
     <out>/report/                                  make report's item analysis
 """
 
@@ -35,10 +36,14 @@ class Layout:
     def feedback(self, student, assignment):
         return self.feedback_root / student / assignment / "feedback.md"
 
+    def feedback_html(self, student, assignment):
+        return self.feedback_root / student / assignment / "feedback.html"
+
     def save(self, result, **extra):
         """Write one graded submission; the record goes last, so it marks a complete write."""
         write_json(result, self.results_json(result.student, result.assignment), self.visibility)
         write_atomic(self.feedback(result.student, result.assignment), result.feedback())
+        write_atomic(self.feedback_html(result.student, result.assignment), result.feedback_html())
         write_atomic(self.record_path(result.student, result.assignment),
                      json.dumps(to_record(result, **extra), indent=1))
 

@@ -24,6 +24,7 @@ from nbgrader import api
 from nbgrader.plugins import LateSubmissionPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from autograder.pictures import Picture, png_base64
 from autograder.scoring import late_penalty
 
 
@@ -64,9 +65,15 @@ def annotate(nb, notebook_result):
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if cell.get("cell_type") != "code" or not str(grade_id).startswith("check_"):
             continue
-        points, text = exercise_feedback(notebook_result, grade_id[len("check_"):])
+        exercise_id = grade_id[len("check_"):]
+        points, text = exercise_feedback(notebook_result, exercise_id)
+        pictures = [Picture.from_dict(test.picture) for test in notebook_result.tests
+                    if test.exercise == exercise_id and test.picture and test.score < test.max_score]
         cell.outputs = [
             nbformat.v4.new_output("stream", name="stdout", text=text),
+            *(nbformat.v4.new_output("display_data", data={"image/png": png_base64(picture),
+                                                           "text/plain": picture.title})
+              for picture in pictures),
             nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=1),
         ]
         cell.execution_count = 1

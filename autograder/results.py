@@ -1,11 +1,14 @@
 """What a graded submission becomes: Gradescope's results.json, a CSV row, feedback text."""
 
 import csv
+import html
 import io
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from autograder.pictures import Picture, png_base64
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "late_penalty", "final_score", "seconds_late",
               "status", "reason"]
@@ -30,6 +33,7 @@ class TestResult:
     score: float
     max_score: float
     output: str = ""
+    picture: dict = None  # pictures.Picture.to_dict(), drawn in the HTML feedback
 
     @property
     def name(self):
@@ -138,6 +142,54 @@ class SubmissionResult(Scored):
                         lines += ["", "  ```", *[f"  {line}" for line in test.output.splitlines()], "  ```"]
                 lines.append("")
         return "\n".join(lines)
+
+    def feedback_html(self):
+        """The same feedback as one standalone HTML page, with the pictures inline."""
+        esc = html.escape
+        parts = [f"<h1>Feedback: {esc(self.assignment)}</h1>",
+                 f"<p><strong>Score: {self.score:g} / {self.max_score:g}</strong></p>"]
+        if self.late_penalty:
+            parts.append(f"<p>Handed in {self.seconds_late / 3600:.1f} hours after the due date: the late policy "
+                         f"takes {self.late_penalty:g} points, so the final score is {self.final_score:g}.</p>")
+        for notebook in self.notebooks:
+            parts.append(f"<h2>{esc(notebook.notebook)}.ipynb ({notebook.score:g} / {notebook.max_score:g})</h2>")
+            if notebook.reason:
+                parts.append(f"<p>Not graded: {esc(notebook.reason)}.</p>")
+                continue
+            for exercise, tests in notebook.by_exercise().items():
+                parts.append(f"<h3>{esc(exercise)} ({sum(t.score for t in tests):g} / "
+                             f"{sum(t.max_score for t in tests):g})</h3>")
+                if exercise in notebook.notes:
+                    parts.append(f"<pre class='note'>{esc(notebook.notes[exercise])}</pre>")
+                parts.append("<ul>")
+                for test in tests:
+                    passed = test.score >= test.max_score
+                    parts.append(f"<li class='{'passed' if passed else 'failed'}'><strong>{esc(test.test)}</strong> "
+                                 f"({test.score:g}/{test.max_score:g}) {'passed' if passed else 'failed'}")
+                    if test.output and not passed:
+                        parts.append(f"<pre>{esc(test.output)}</pre>")
+                    picture = Picture.from_dict(test.picture) if not passed else None
+                    if picture is not None:
+                        parts.append(f"<img alt='{esc(picture.title)}' src='data:image/png;base64,"
+                                     f"{png_base64(picture)}'>")
+                    parts.append("</li>")
+                parts.append("</ul>")
+        return FEEDBACK_PAGE.format(title=esc(f"Feedback: {self.assignment}"), body="\n".join(parts))
+
+
+FEEDBACK_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; }}
+pre {{ background: #f6f6f6; padding: .5rem; white-space: pre-wrap; }}
+pre.note {{ border-left: 4px solid #c33; }}
+li.passed {{ color: #2a6; }} li.failed {{ color: #222; }}
+img {{ max-width: 100%; display: block; margin: .5rem 0; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""
 
 
 def write_atomic(path, text):

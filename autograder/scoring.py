@@ -53,7 +53,7 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
             elif outcome.missing in undefined or (own_cell_broken and outcome.missing):
                 results.append(TestResult(exercise.id, test, 0.0, points, NOT_RUN))
             else:
-                results.append(TestResult(exercise.id, test, 0.0, points, outcome.message))
+                results.append(TestResult(exercise.id, test, 0.0, points, outcome.message, outcome.picture))
     return NotebookResult(notebook.name, results, notes=notes)
 
 

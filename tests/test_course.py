@@ -74,3 +74,17 @@ def test_exercises_hold_no_solution_code_and_no_hidden_test(assignment, notebook
     nb = nbformat.read(COURSE.release_notebook(assignment, notebook), as_version=4)
     stubs = [cell.source for cell in nb.cells if cell_kind(cell) == "answer"]
     assert stubs and all("raise NotImplementedError()" in stub for stub in stubs)
+
+
+@pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
+def test_notebook_states_its_torch_version_and_labels_its_heatmaps(assignment, notebook):
+    nb = nbformat.read(COURSE.source_notebook(assignment, notebook), as_version=4)
+    assert "torch==2.13.0" in nb.cells[0].source, "the first cell says which torch the notebook needs"
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        last = cell.source.strip().splitlines()[-1] if cell.source.strip() else ""
+        assert not last.startswith("torch.manual_seed("), "a bare manual_seed prints <torch._C.Generator ...>"
+        if "imshow(" in cell.source:  # every heatmap: axis labels, integer ticks, a colour bar
+            for needed in ("xlabel(", "ylabel(", "ticks(", "colorbar("):
+                assert needed in cell.source, (cell.source[:80], needed)

@@ -2,6 +2,9 @@
 of it merged."""
 
 import csv
+import re
+import shutil
+import subprocess
 
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
@@ -91,12 +94,39 @@ def test_feedback_reveals_no_hidden_code_or_values(graded):
     out, _, _ = graded
     suites = [line.strip() for exercise in (e for a in COURSE.assignments for e in a.exercises)
               for line in exercise.suite.read_text().splitlines() if len(line.strip()) > 25]
-    for path in (out / "feedback").rglob("feedback.md"):
-        text = path.read_text()
+    for path in [*(out / "feedback").rglob("feedback.md"), *(out / "feedback").rglob("feedback.html")]:
+        text = re.sub(r"src='data:image/png;base64,[^']*'", "", path.read_text())
         assert "def test_" not in text and "tensor(" not in text and "autograder/" not in text
         assert not [line for line in suites if line in text]
     cara = (out / "feedback" / "cara_no_scaling" / "scaled_attention" / "feedback.md").read_text()
     assert "without the 1/sqrt(d_k) scaling" in cara
+
+
+# Appended to a copy of a feedback page: once everything has loaded, record how many images did.
+IMAGE_PROBE = """<script>window.addEventListener("load", () => {
+  const images = [...document.images];
+  const loaded = images.filter(image => image.complete && image.naturalWidth > 0).length;
+  document.body.setAttribute("data-images", loaded + "/" + images.length);
+});</script>"""
+
+
+def chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not chromium(), reason="headless Chromium is not installed (Debian package chromium)")
+def test_html_feedback_of_a_masking_mistake_shows_its_pictures_in_a_browser(graded, tmp_path):
+    out, _, _ = graded
+    page = (out / "feedback" / "kim_mask_bugs" / "masks" / "feedback.html").read_text()
+    assert "your attention weights" not in page  # the pictures are images, not text
+    probe = tmp_path / "feedback.html"
+    probe.write_text(page.replace("</body>", IMAGE_PROBE + "</body>"))
+    browser = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                              "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180)
+    counts = re.search(r'data-images="(\d+)/(\d+)"', browser.stdout)
+    assert counts, browser.stderr[-2000:]
+    loaded, total = map(int, counts.groups())
+    assert total >= 1 and loaded == total
 
 
 def test_report_gives_pass_rates_and_flags_tests(graded):

@@ -10,12 +10,15 @@ import math
 import numpy as np
 import torch
 
+from autograder.pictures import Picture
+
 
 class Feedback(AssertionError):
-    """A failed check; str(feedback) is shown to the student as it is."""
+    """A failed check; str(feedback) is shown to the student as it is, with `picture` (a
+    pictures.Picture), when the check drew one, beside it."""
 
-    def __init__(self, observed, hint=""):
-        self.observed, self.hint = observed, hint
+    def __init__(self, observed, hint="", picture=None):
+        self.observed, self.hint, self.picture = observed, hint, picture
         separator = "\n" if "\n" in observed else " "  # after a traceback, the hint gets its own line
         super().__init__(f"{observed}{separator}{hint}".strip())
 
@@ -112,7 +115,7 @@ def float32_precision(actual, expected):
             and bool(torch.allclose(actual.double(), expected, equal_nan=True, **TOLERANCES[torch.float32])))
 
 
-def close(actual, expected, what, hint="", mistakes=None):
+def close(actual, expected, what, hint="", mistakes=None, picture=None):
     """actual must equal expected within the dtype's tolerance.
 
     mistakes maps a mistake's description to what a submission with that mistake would return;
@@ -133,10 +136,10 @@ def close(actual, expected, what, hint="", mistakes=None):
     observed = (f"{what}: {fraction:.0%} of the entries differ from the correct values "
                 f"(largest difference {largest}).")
     if named:
-        raise Feedback(observed, named)
+        raise Feedback(observed, named, picture)
     if float32_precision(actual_tensor, expected_tensor):
-        raise Feedback(observed, FLOAT32_HINT)
-    raise Feedback(observed, hint)
+        raise Feedback(observed, FLOAT32_HINT, picture)
+    raise Feedback(observed, hint, picture)
 
 
 def same(actual, expected, what, hint="", mistakes=None):
@@ -165,14 +168,20 @@ def rows_sum_to_one(weights, what, hint="", rows=None, mistakes=None):
                        "every row should sum to 1.", hint)
 
 
-def exactly_zero_where(weights, blocked, what, hint="", mistakes=None):
+def exactly_zero_where(weights, blocked, what, hint="", mistakes=None, yours="your attention weights"):
+    """No weight where the rule blocks; a failure shows the first [queries, keys] map that leaks
+    beside the rule (`yours` names what the map is)."""
     weights = as_tensor(weights)
     hint = known_mistake(weights, mistakes) or hint
-    leaked = weights[blocked.expand_as(weights)] if blocked.shape != weights.shape else weights[blocked]
+    blocked = blocked.expand_as(weights)
+    leaked = weights[blocked]
     if leaked.numel() and bool((leaked != 0).any()):
         count = int((leaked != 0).sum())
+        maps, rules = weights.detach().reshape(-1, *weights.shape[-2:]), blocked.reshape(-1, *weights.shape[-2:])
+        first = int(((maps != 0) & rules).flatten(1).any(1).nonzero()[0])
         raise Feedback(f"{what}: {count} of {leaked.numel()} blocked positions have a non-zero weight "
-                       f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.", hint)
+                       f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.", hint,
+                       Picture.of(what, maps[first], ~rules[first], yours=yours))
 
 
 def equal(actual, expected, what, hint="", reveal=False):
@@ -186,6 +195,6 @@ def _fmt(number):
     return "NaN" if math.isnan(number) else f"{number:.2f}"
 
 
-def require(condition, observed, hint=""):
+def require(condition, observed, hint="", picture=None):
     if not condition:
-        raise Feedback(observed, hint)
+        raise Feedback(observed, hint, picture)

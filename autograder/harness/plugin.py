@@ -23,6 +23,7 @@ class Outcome:
     passed: bool
     message: str = ""
     missing: str = ""  # the name the student's code could not find (a NameError), if that failed it
+    picture: dict = None  # pictures.Picture as a dict, when the failed check drew one
 
 
 NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
@@ -124,7 +125,9 @@ class SuiteSession:
                 if not isinstance(error, (Feedback, StudentFailure)):
                     self.internal_errors.append(
                         f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
-                outcome = Outcome(False, student_message(error), missing_name(error))
+                picture = getattr(error, "picture", None)
+                outcome = Outcome(False, student_message(error), missing_name(error),
+                                  picture.to_dict() if picture is not None else None)
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):

@@ -272,6 +272,30 @@ def causal_mha(params, num_heads, x):
     return torch_mha(params, num_heads, x, x, x, tril(x.shape[1]))
 
 
+def changed_tokens(x, seed=700):
+    """x, then one copy of x per position with that token replaced: the inputs of `influence`."""
+    copies = [x]
+    for position in range(x.shape[1]):
+        changed = x.clone()
+        changed[:, position] = randn(x.shape[0], x.shape[2], dtype=x.dtype, seed=seed + position)
+        copies.append(changed)
+    return copies
+
+
+def influence(outputs):
+    """[T, T]: how much output i of the first sequence moves when token j changes, from the
+    outputs for changed_tokens(x); below 1e-9 counts as not at all."""
+    base = outputs[0][0]
+    moved = torch.stack([(changed[0] - base).abs().amax(-1) for changed in outputs[1:]], dim=1)
+    return moved.double().masked_fill(moved < 1e-9, 0.0)
+
+
+def check_causal(moved, what):
+    """Output i must not move when a later token changes; a failure shows the dependency map."""
+    checks.exactly_zero_where(moved, ~tril(moved.shape[0]), what, "A position must not see later positions.",
+                              yours="how much output i moves when token j changes")
+
+
 # -- NumPy softmax and attention -------------------------------------------------------------
 
 def softmax(student, x, **kwargs):

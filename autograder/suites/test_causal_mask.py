@@ -3,6 +3,7 @@
 import torch
 
 from autograder.harness import checks
+from autograder.pictures import Picture
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import causal_mask_mistakes
 
@@ -25,7 +26,9 @@ def test_allows_keys_up_to_the_query(student):
         checks.require(torch.equal(allowed, A.tril(seq_len)),
                        f"causal_mask({seq_len}) allows the wrong positions.",
                        f"It matches {named[0]}." if named else
-                       "mask[i, j] should be True exactly when j <= i.")
+                       "mask[i, j] should be True exactly when j <= i.",
+                       Picture.of(f"causal_mask({seq_len}) (1 = may attend)", allowed.double(), A.tril(seq_len),
+                                  yours="your mask"))
 
 
 def test_diagonal_is_allowed(student):
@@ -51,8 +54,9 @@ def test_makes_attention_causal(student, reference):
     x = A.randn(A.B, A.SK, A.D_K, seed=3)
     changed = x.clone()
     changed[:, -1] = A.randn(A.B, A.D_K, seed=4)
-    before, _ = attention(x, x, x, mask=mask)
+    before, weights = attention(x, x, x, mask=mask)
     after, _ = attention(changed, changed, changed, mask=mask)
     checks.require(torch.equal(before[:, :-1], after[:, :-1]),
                    "With your mask, changing the last token changes the outputs at earlier positions.",
-                   "Earlier queries must not see later keys.")
+                   "Earlier queries must not see later keys.",
+                   Picture.of("attention weights with your mask", weights[0], A.tril(A.SK)))

@@ -3,6 +3,7 @@
 import torch
 
 from autograder.harness import checks
+from autograder.pictures import Picture
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import padding_mask_mistakes
 
@@ -37,9 +38,13 @@ def test_is_boolean_with_broadcast_shape(student):
 def test_allows_real_keys_only(student):
     mask = A.padding_mask(student, LENGTHS, MAX_LEN)
     checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)")
-    checks.close(mask.to(torch.float64), expected(LENGTHS, MAX_LEN).double(), "The padding mask",
+    rule = expected(LENGTHS, MAX_LEN)
+    checks.close(mask.to(torch.float64), rule.double(), "The padding mask",
                  "Key position j of sequence b is real exactly when j < lengths[b]; True = may attend.",
-                 {name: value.double() for name, value in padding_mask_mistakes(LENGTHS, MAX_LEN).items()})
+                 {name: value.double() for name, value in padding_mask_mistakes(LENGTHS, MAX_LEN).items()},
+                 Picture.of(f"padding_mask(lengths={LENGTHS.tolist()}, {MAX_LEN}): one row per sequence "
+                            "(1 = may attend)", mask[:, 0, 0].double(), rule[:, 0, 0], rows="sequence",
+                            yours="your mask"))
 
 
 def test_full_length_allows_every_key(student):
