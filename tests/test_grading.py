@@ -228,8 +228,9 @@ def test_one_notebook_from_the_command_line(tmp_path):
     (["grade-class", "--submitted", "sample_class/submitted", "--assignment", "nope"], "unknown assignment"),
     (["grade-class", "--submitted", "sample_class/submitted", "--student", "nobody_*"], "no submissions found"),
 ])
-def test_bad_input_is_one_line_and_a_nonzero_exit(args, message):
-    process = run_grader(*args)
+def test_bad_input_is_one_line_and_a_nonzero_exit(args, message, tmp_path):
+    out = ["--out", tmp_path / "out", "--db", f"sqlite:///{tmp_path / 'gradebook.db'}"] if args[0] == "grade-class" else []
+    process = run_grader(*args, *out)
     assert process.returncode == 2
     assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert "Traceback" not in process.stderr

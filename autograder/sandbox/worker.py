@@ -24,7 +24,6 @@ import contextlib
 import ctypes
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -368,24 +367,34 @@ def child(control, pipes, memory_mb):
         os._exit(0)
 
 
-def wipe_scratch():
-    """Remove whatever the last child left in the writable places of the sandbox."""
-    def make_writable_and_retry(function, path, _):
+def _empty(folder, device):
+    """Remove what is under folder, staying on the scratch file system: a read-only bind inside
+    it (the course's virtual environment when the course itself lives under /tmp) is another
+    device, and is neither entered nor touched."""
+    with contextlib.suppress(OSError):
+        os.chmod(folder, 0o700)  # a child may have taken its own permissions away
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
         try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            function(path)
+            if entry.stat(follow_symlinks=False).st_dev != device:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                _empty(entry.path, device)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
         except OSError:
             pass
+
+
+def wipe_scratch():
+    """Remove whatever the last child left in the writable places of the sandbox."""
     for root in SCRATCH_ROOTS:
-        if not os.path.isdir(root):
-            continue
-        for entry in os.scandir(root):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, onerror=make_writable_and_retry)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+        if os.path.isdir(root):
+            _empty(root, os.stat(root).st_dev)
 
 
 def zygote(control):
