@@ -14,9 +14,6 @@ from tests.catalogue import MISTAKES, STILL_ALSO_FAILS, VARIANTS
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, make_submission, solution_answers
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("catalogue")
-
 ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments for exercise in assignment.exercises}
 MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
 

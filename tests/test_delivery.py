@@ -14,9 +14,6 @@ from autograder.kits import KIT_FILES
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("delivery")
-
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [KIT_FILES / "student-autograde.yml"]
 STUDENT_SIDE = [KIT_FILES / "student-autograde.yml"]
 

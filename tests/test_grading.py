@@ -12,9 +12,6 @@ from tests.conftest import run_grader, scores_by_exercise
 from tests.notebooks import COURSE, make_submission, solution_answers
 from tests.sample_class import MHA_SUBCLASS, SDPA_UNSCALED
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("grading")
-
 ASSIGNMENTS = [assignment.id for assignment in COURSE.assignments]
 
 CORRUPT = {

@@ -18,9 +18,6 @@ from autograder.student import Cell, Limits, StudentProcess, Worker
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("hostile")
-
 SECRET = "grader-secret-7f3a9c"   # in the grader's environment; must never reach a student's output
 
 
@@ -112,7 +109,6 @@ CORRECT_SDPA = solution_answers("scaled_attention")["sdpa"]
 
 FORGE = r'''
 import io, os, stat, struct
-
 def forge(value, raw=None):
     """Write a framed message on every pipe this process may write to."""
     if raw is None:

@@ -15,9 +15,6 @@ from nbgrader.api import Gradebook
 
 from tests.notebooks import ROOT, make_submission, solution_answers
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("lifecycle")
-
 DUE = "2026-11-01T23:59:00+00:00"
 ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
 
@@ -106,7 +103,6 @@ import json
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
-
 config = Config()
 exec(open("nbgrader_config.py").read(), {"get_config": lambda: config, "__file__": "nbgrader_config.py"})
 api = NbGraderAPI(coursedir=CourseDirectory(config=config, root="."), config=config)

@@ -13,9 +13,6 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("sample_class")
-
 # Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19); 0 where a
 # student did not submit an assignment.
 ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")

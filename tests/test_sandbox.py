@@ -10,9 +10,6 @@ from autograder.harness.context import Student
 from autograder.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
 from tests.notebooks import ROOT
 
-# Its module-scoped fixtures grade once: keep the module on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("sandbox")
-
 LIMITS = Limits(call_timeout=2, cell_timeout=2, time_budget=60, memory_mb=2048)
 
 
@@ -119,7 +116,6 @@ def hog():
             student.call("hog")  # runs into the memory limit
     probe = """
 import os, builtins
-
 def look():
     files = [name for where in ('.', '/tmp', '/dev/shm') if os.path.isdir(where)
              for name in os.listdir(where) if 'left_behind' in name]
