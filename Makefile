@@ -48,7 +48,7 @@ report: setup
 
 ## The course's own test suite (what CI runs).
 test: setup
-	$(PYTHON) -m pytest -n 2 --dist loadfile tests
+	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## solutions/ -> exercises/ with nbgrader generate_assignment (ASSIGNMENT=id for one).
 release: setup
