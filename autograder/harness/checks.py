@@ -179,7 +179,7 @@ def exactly_zero_where(weights, blocked, what, hint="", mistakes=None, yours="yo
         count = int((leaked != 0).sum())
         maps, rules = weights.detach().reshape(-1, *weights.shape[-2:]), blocked.reshape(-1, *weights.shape[-2:])
         first = int(((maps != 0) & rules).flatten(1).any(1).nonzero()[0])
-        raise Feedback(f"{what}: {count} of {leaked.numel()} blocked positions have a non-zero weight "
+        raise Feedback(f"{what}: {count} of {leaked.numel()} blocked positions have a non-zero value "
                        f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.", hint,
                        Picture.of(what, maps[first], ~rules[first], yours=yours))
 
