@@ -146,13 +146,19 @@ def _gqa_forward(expand):
 '''
 
 
-def _train(loop):
-    return '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+def _train(targets="targets.reshape(-1)", update=("optimizer.zero_grad()", "loss.backward()", "optimizer.step()"),
+           record="loss.item()"):
+    """A train_model whose loop is the reference's but for the part given."""
+    steps = "".join(f"        {line}\n" for line in update)
+    return f'''def train_model(model, inputs, targets, steps=150, lr=1e-2):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     losses = []
     for _ in range(steps):
-''' + loop + '''    return losses
+        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), {targets})
+{steps}        losses.append({record})
+    return losses
 '''
 
 
@@ -569,40 +575,14 @@ def merge_heads(x):
         return self.dropout(self.W_o(out)), weights
 '''),
     # -- train_model ---------------------------------------------------------------------------
-    Mistake("train_model", "learning rate ignored", "lr=lr", _train('''        logits, _ = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-''').replace("lr=lr)", "lr=1e-2)")),
-    Mistake("train_model", "losses kept as tensors", "loss.item()", _train('''        logits, _ = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
-''')),
-    Mistake("train_model", "optimizer.step() forgotten", "did not move", _train('''        logits, _ = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        losses.append(loss.item())
-''')),
-    Mistake("train_model", "targets flattened in the wrong order", "flattened in different orders", _train('''        logits, _ = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.T.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-''')),
-    Mistake("train_model", "backward before zero_grad", "did not move", _train('''        logits, _ = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        loss.backward()
-        optimizer.zero_grad()
-        optimizer.step()
-        losses.append(loss.item())
-''')),
+    Mistake("train_model", "learning rate ignored", "lr=lr", _train().replace("lr=lr)", "lr=1e-2)")),
+    Mistake("train_model", "losses kept as tensors", "loss.item()", _train(record="loss.detach()")),
+    Mistake("train_model", "optimizer.step() forgotten", "did not move",
+            _train(update=("optimizer.zero_grad()", "loss.backward()"))),
+    Mistake("train_model", "targets flattened in the wrong order", "flattened in different orders",
+            _train(targets="targets.T.reshape(-1)")),
+    Mistake("train_model", "backward before zero_grad", "did not move",
+            _train(update=("loss.backward()", "optimizer.zero_grad()", "optimizer.step()"))),
     # -- head_similarity ------------------------------------------------------------------------
     Mistake("head_similarity", "dot products without norms", "without dividing by the norms", '''def head_similarity(weights):
     flat = weights.reshape(weights.shape[0], -1)
