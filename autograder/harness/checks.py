@@ -89,10 +89,9 @@ def dtype(value, expected, what, hint=""):
 
 def finite(value, what, hint="", mistakes=None):
     value = as_tensor(value)
-    hint = known_mistake(value, mistakes) or hint
     if value.is_floating_point() and not bool(torch.isfinite(value).all()):
         count = int((~torch.isfinite(value)).sum())
-        raise Feedback(f"{what} contains {count} NaN or infinite value(s).", hint)
+        raise Feedback(f"{what} contains {count} NaN or infinite value(s).", known_mistake(value, mistakes) or hint)
 
 
 FLOAT32_HINT = ("It agrees with the correct values to about 7 digits only, the precision of float32: "
@@ -148,31 +147,29 @@ def same(actual, expected, what, hint="", mistakes=None):
     the dtype, since a different order of operations is no mistake here."""
     actual_tensor, expected_tensor = as_tensor(actual), as_tensor(expected)
     shape(actual, expected_tensor.shape, what)
-    if bool(torch.allclose(actual_tensor.detach().double(), expected_tensor.detach().double(), equal_nan=True,
-                           **TOLERANCES[torch.float32])):
+    mine, theirs = actual_tensor.detach().double(), expected_tensor.detach().double()
+    if bool(torch.allclose(mine, theirs, equal_nan=True, **TOLERANCES[torch.float32])):
         return
-    largest = (actual_tensor.detach().double() - expected_tensor.detach().double()).abs().nan_to_num(0.0).max()
+    largest = (mine - theirs).abs().nan_to_num(0.0).max()
     raise Feedback(f"{what}: they differ (largest difference {float(largest):.3g}).",
                    known_mistake(actual_tensor, mistakes) or hint)
 
 
 def rows_sum_to_one(weights, what, hint="", rows=None, mistakes=None):
     weights = as_tensor(weights)
-    hint = known_mistake(weights, mistakes) or hint
     sums = weights.double().sum(-1)
     if rows is not None:
         sums = sums[rows]
     if sums.numel() and not bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4)):
         low, high = float(sums.min()), float(sums.max())
         raise Feedback(f"{what}: rows sum to values between {_fmt(low)} and {_fmt(high)}; "
-                       "every row should sum to 1.", hint)
+                       "every row should sum to 1.", known_mistake(weights, mistakes) or hint)
 
 
 def exactly_zero_where(weights, blocked, what, hint="", mistakes=None, yours="your attention weights"):
     """No weight where the rule blocks; a failure shows the first [queries, keys] map that leaks
     beside the rule (`yours` names what the map is)."""
     weights = as_tensor(weights)
-    hint = known_mistake(weights, mistakes) or hint
     blocked = blocked.expand_as(weights)
     leaked = weights[blocked]
     if leaked.numel() and bool((leaked != 0).any()):
@@ -180,7 +177,8 @@ def exactly_zero_where(weights, blocked, what, hint="", mistakes=None, yours="yo
         maps, rules = weights.detach().reshape(-1, *weights.shape[-2:]), blocked.reshape(-1, *weights.shape[-2:])
         first = int(((maps != 0) & rules).flatten(1).any(1).nonzero()[0])
         raise Feedback(f"{what}: {count} of {leaked.numel()} blocked positions have a non-zero value "
-                       f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.", hint,
+                       f"(largest {float(leaked.abs().max()):.3g}); they should be exactly 0.",
+                       known_mistake(weights, mistakes) or hint,
                        Picture.of(what, maps[first], ~rules[first], yours=yours))
 
 

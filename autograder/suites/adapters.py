@@ -32,7 +32,8 @@ SHAPE_ERRORS = ("size of tensor", "shapes cannot be multiplied", "must match the
 def crash_hint(hint, when=SHAPE_ERRORS):
     """When the student's code raises an error whose message says one of `when` (by default, a
     mismatch of shapes), show their error and traceback, then the likely cause; any other error
-    is shown as it is.  `hint` may also be a list of (signs, hint) pairs: the first that matches."""
+    is shown as it is.  `hint` may also be a list of (signs, hint) pairs: the first that matches;
+    a hint may be a function, called only then, that finds the cause ('' when it cannot)."""
     causes = hint if isinstance(hint, list) else [(when, hint)]
     try:
         yield
@@ -41,7 +42,8 @@ def crash_hint(hint, when=SHAPE_ERRORS):
             raise
         for signs, cause in causes:
             if any(sign in error.message for sign in signs):
-                raise Feedback(student_message(error), f"Likely cause: {cause}") from None
+                cause = cause() if callable(cause) else cause
+                raise Feedback(student_message(error), f"Likely cause: {cause}" if cause else "") from None
         raise
 
 
@@ -366,15 +368,11 @@ def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 
     """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
     d_model = inputs[0].shape[-1]
     bias = has_bias(params)
-    try:
+    with crash_hint(lambda: mask_buffer_cause(student, d_model, num_heads, context)):
         reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
                            {"dropout": dropout, "bias": bias}, params=params, train=train,
                            dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
                            grad_outputs=grad_outputs)
-    except StudentError as error:
-        if error.kind == "NotImplementedError" or not any(sign in error.message for sign in SHAPE_ERRORS):
-            raise
-        raise Feedback(student_message(error), mask_buffer_cause(student, d_model, num_heads, context)) from None
     pairs = []
     for output in reply["outputs"]:
         result, weights = checks.pair(output, "CausalSelfAttention.forward")
@@ -388,9 +386,9 @@ def mask_buffer_cause(student, d_model, num_heads, context):
     sizes = {buffer.shape[-1] for buffer in built["buffers"].values()
              if buffer.dim() >= 2 and buffer.shape[-1] == buffer.shape[-2]}
     if context in sizes:
-        return "Likely cause: the [context_length, context_length] mask buffer is not sliced to [:T, :T]."
+        return "the [context_length, context_length] mask buffer is not sliced to [:T, :T]."
     if sizes:
-        return (f"Likely cause: the mask buffer is {sorted(sizes)[0]} x {sorted(sizes)[0]} whatever the "
+        return (f"the mask buffer is {sorted(sizes)[0]} x {sorted(sizes)[0]} whatever the "
                 f"context_length ({context} here): size it by context_length.")
     return ""
 
