@@ -20,7 +20,7 @@ GRADE_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup sandbox grade report test release sample-class bench merge student-kit gradescope \
+.PHONY: setup sandbox grade report test check release sample-class bench merge student-kit gradescope \
         student-grade clean-demo
 
 setup: $(VENV)/.installed sandbox
@@ -60,6 +60,11 @@ release: setup
 ## Rebuild the sample class from the released notebooks (after `make release`).
 sample-class: setup
 	$(PYTHON) -m tests.sample_class
+
+## An exercise author's loop: grade the reference, the stub and the exercise's catalogue entries.
+check: setup
+	@test -n "$(EXERCISE)" || { echo "usage: make check EXERCISE=<exercise id from course.yml>"; exit 2; }
+	$(PYTHON) -m tests.check $(EXERCISE)
 
 ## Grade a 204-notebook class with nbgrader autograde and with make grade, side by side.
 bench: setup

@@ -34,6 +34,8 @@ class Exercise:
     points: dict            # hidden test name -> points
     from_scratch: bool = False  # calling torch's built-in attention scores nothing
     visibility: str = "visible"  # Gradescope: visible, after_due_date, after_published or hidden
+    gate: str = ""          # the substance check: until it passes, only the `basic` tests count
+    basic: tuple = ()       # cheap tests (shapes, dtypes, ValueError) counted whatever the gate says
 
     @property
     def check_cell(self):
@@ -43,6 +45,15 @@ class Exercise:
     @property
     def max_score(self):
         return sum(self.points.values())
+
+    @property
+    def tests(self):
+        """Every hidden test of the exercise, the gate first."""
+        return ([self.gate] if self.gate else []) + list(self.points)
+
+
+# What an answer that fails its exercise's gate may still earn, at most (see Exercise.basic).
+BASIC_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -123,9 +134,21 @@ def _exercise(raw, where):
         exercise = Exercise(id=str(raw["id"]), title=str(raw.get("title", raw["id"])),
                             suite=SUITES / raw["suite"], points=points,
                             from_scratch=bool(raw.get("from_scratch", False)),
-                            visibility=str(raw.get("visibility", "visible")))
+                            visibility=str(raw.get("visibility", "visible")),
+                            gate=str(raw.get("gate") or ""), basic=tuple(map(str, raw.get("basic") or ())))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CourseError(f"{where}: an exercise needs id, suite and points ({error})") from None
+    where = f"{where}/{exercise.id}"
+    if set(exercise.basic) - set(exercise.points):
+        raise CourseError(f"{where}: basic names tests without points: {sorted(set(exercise.basic) - set(exercise.points))}")
+    if exercise.gate in exercise.points:
+        raise CourseError(f"{where}: the gate {exercise.gate} is a precondition, not a test with points")
+    if exercise.basic and not exercise.gate:
+        raise CourseError(f"{where}: basic tests need a gate")
+    basic_points = sum(exercise.points[test] for test in exercise.basic)
+    if basic_points > BASIC_SHARE * exercise.max_score + 1e-9:
+        raise CourseError(f"{where}: the basic tests are worth {basic_points:g} of {exercise.max_score:g} points; "
+                          f"at most {BASIC_SHARE:.0%} may count before the gate passes")
     if exercise.visibility not in VISIBILITIES:
         raise CourseError(f"{where}: visibility must be one of {', '.join(VISIBILITIES)}")
     if not exercise.suite.is_file():

@@ -4,6 +4,15 @@ from autograder.results import NotebookResult, TestResult
 
 
 NOT_RUN = "Not run: see the error above."
+NOT_COUNTED = "Not counted: see the note at the top of this exercise."
+SAME_AS_GATE = "See the note at the top of this exercise."
+
+
+def gate_note(exercise, outcome):
+    """What the student reads, once, when an answer fails its exercise's gate."""
+    basic = ", ".join(exercise.basic) or "none"
+    return (f"{outcome.message}\nThis is what the exercise is about, so until it holds only its basic "
+            f"checks count ({basic}); the other checks were not run.")
 
 
 def cell_note(report):
@@ -42,12 +51,23 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
             notes[exercise.id] = "\n\n".join(cell_note(report) for report in affecting)
         undefined = {name for report in affecting for name in report.defines}
         own_cell_broken = any(report.label == exercise.id and report.status == "syntax" for report in affecting)
+        gate = outcomes.get((exercise.id, exercise.gate)) if exercise.gate else None
+        gate_failed = gate is not None and gate.refused
+        cell_error = gate_failed and (gate.missing in undefined or (own_cell_broken and bool(gate.missing)))
+        if gate_failed and not cell_error and exercise.id not in broken_rules:
+            notes[exercise.id] = "\n\n".join(filter(None, [notes.get(exercise.id), gate_note(exercise, gate)]))
         for test, points in exercise.points.items():
             outcome = outcomes.get((exercise.id, test))
             if exercise.id in broken_rules:
                 results.append(TestResult(exercise.id, test, 0.0, points, broken_rules[exercise.id]))
+            elif gate_failed and not cell_error and test not in exercise.basic:
+                results.append(TestResult(exercise.id, test, 0.0, points, NOT_COUNTED))
+            elif gate_failed and not cell_error and outcome is not None and not outcome.passed \
+                    and outcome.message == gate.message:
+                results.append(TestResult(exercise.id, test, 0.0, points, SAME_AS_GATE))
             elif outcome is None:
-                results.append(TestResult(exercise.id, test, 0.0, points, "This check did not run."))
+                results.append(TestResult(exercise.id, test, 0.0, points,
+                                          NOT_RUN if cell_error else "This check did not run."))
             elif outcome.passed:
                 results.append(TestResult(exercise.id, test, points, points))
             elif outcome.missing in undefined or (own_cell_broken and outcome.missing):

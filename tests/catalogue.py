@@ -29,6 +29,18 @@ class Variant:
     code: str
 
 
+@dataclass(frozen=True)
+class Degenerate:
+    """An answer that keeps the shapes and the structure but computes nothing the exercise is
+    about; it must earn at most DEGENERATE_SHARE of its exercise."""
+    exercise: str
+    name: str
+    code: str
+
+
+DEGENERATE_SHARE = 0.2
+
+
 def _sdpa(body):
     return "def scaled_dot_product_attention(q, k, v, mask=None):\n" + body
 
@@ -304,6 +316,12 @@ MISTAKES = [
     return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
 '''),
     # -- padding_mask ----------------------------------------------------------------------------
+    Mistake("causal_mask", "cut from a fixed 16 x 16 buffer", "has shape [16, 16]", '''CAUSAL = torch.ones(16, 16, dtype=torch.bool).tril()
+
+
+def causal_mask(seq_len, device=None):
+    return CAUSAL[:seq_len, :seq_len].to(device)
+'''),
     Mistake("padding_mask", "<= instead of <", "j <= length", '''def padding_mask(lengths, max_len):
     return (torch.arange(max_len)[None, :] <= lengths[:, None])[:, None, None, :]
 '''),
@@ -910,6 +928,223 @@ def merge_heads(x):
 ]
 
 
+UNIFORM = '''def uniform_attention(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1)) * 0
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+
+
+'''
+
+CACHE = '''        past = 0
+        if use_cache:
+            if self.cached_k is not None:
+                past = self.cached_k.shape[2]
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
+'''
+
+GQA_EXPAND = '''        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+'''
+
+CAUSAL_ATTENTION_BUFFER = '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1).bool())
+
+    def forward(self, x):
+        b, T, _ = x.shape
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+'''
+
+MHA_UNIFORM_FORWARD = '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        context, weights = uniform_attention(q, k, v, mask)
+        return self.W_o(merge_heads(context)), weights
+'''
+
+
+def _mha_returns(output, weights):
+    return MHA_INIT + f'''
+    def forward(self, query, key, value, mask=None):
+        B, Sq, D = query.shape
+        Sk = key.shape[1]
+        return {output}, {weights}
+'''
+
+
+def _csa_returns(output, weights):
+    return CSA_INIT + CSA_FORWARD_HEAD + f'''        return {output}, {weights}
+'''
+
+
+DEGENERATES = [
+    # -- softmax (NumPy)
+    Degenerate("softmax", "ones / n (ignores its input)", _softmax("    return np.ones_like(x) / x.shape[axis]\n")),
+    Degenerate("softmax", "zeros", _softmax("    return np.zeros_like(x)\n")),
+    Degenerate("softmax", "NaN", _softmax("    return np.full_like(x, np.nan)\n")),
+    Degenerate("softmax", "returns its input", _softmax("    return x.copy()\n")),
+    # -- attention (NumPy)
+    Degenerate("numpy_attention", "uniform weights", '''def attention(Q, K, V):
+    weights = np.ones(Q.shape[:-1] + (K.shape[-2],)) / K.shape[-2]
+    return weights @ V, weights
+'''),
+    Degenerate("numpy_attention", "zeros", '''def attention(Q, K, V):
+    return np.zeros(Q.shape[:-1] + (V.shape[-1],)), np.zeros(Q.shape[:-1] + (K.shape[-2],))
+'''),
+    Degenerate("numpy_attention", "NaN", '''def attention(Q, K, V):
+    return np.full(Q.shape[:-1] + (V.shape[-1],), np.nan), np.full(Q.shape[:-1] + (K.shape[-2],), np.nan)
+'''),
+    Degenerate("numpy_attention", "scores that ignore the queries", '''def attention(Q, K, V):
+    weights = softmax(np.ones_like(Q) @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]))
+    return weights @ V, weights
+'''),
+    Degenerate("numpy_attention", "returns the values", '''def attention(Q, K, V):
+    return V, softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]))
+'''),
+    # -- scaled_dot_product_attention
+    Degenerate("sdpa", "uniform weights (scores multiplied by 0)", _sdpa('''    scores = q @ k.transpose(-2, -1) * 0
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Degenerate("sdpa", "zeros", _sdpa('''    weights = torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+    return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype), weights
+''')),
+    Degenerate("sdpa", "NaN", _sdpa('''    weights = torch.full((*q.shape[:-1], k.shape[-2]), float("nan"), dtype=q.dtype)
+    return weights @ v, weights
+''')),
+    Degenerate("sdpa", "infinity", _sdpa('''    weights = torch.full((*q.shape[:-1], k.shape[-2]), float("inf"), dtype=q.dtype)
+    return weights @ v, weights
+''')),
+    Degenerate("sdpa", "scores that ignore the queries", _sdpa('''    scores = torch.ones_like(q) @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Degenerate("sdpa", "scores that ignore the keys", _sdpa('''    scores = (q.sum(-1, keepdim=True) * torch.ones_like(k[..., 0]).unsqueeze(-2)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
+    Degenerate("sdpa", "the values with the right weights", _sdpa('''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return v[..., :q.shape[-2], :] + 0 * weights.sum(), weights
+''')),
+    # -- causal_mask
+    Degenerate("causal_mask", "allows everything", '''def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+'''),
+    Degenerate("causal_mask", "allows nothing", '''def causal_mask(seq_len, device=None):
+    return torch.zeros(seq_len, seq_len, dtype=torch.bool, device=device)
+'''),
+    Degenerate("causal_mask", "only the diagonal", '''def causal_mask(seq_len, device=None):
+    return torch.eye(seq_len, dtype=torch.bool, device=device)
+'''),
+    # -- padding_mask
+    Degenerate("padding_mask", "allows everything", '''def padding_mask(lengths, max_len):
+    return torch.ones(len(lengths), 1, 1, max_len, dtype=torch.bool)
+'''),
+    Degenerate("padding_mask", "allows nothing", '''def padding_mask(lengths, max_len):
+    return torch.zeros(len(lengths), 1, 1, max_len, dtype=torch.bool)
+'''),
+    # -- fix CausalAttention
+    Degenerate("fix_causal_attention", "uniform weights (scores multiplied by 0)", CAUSAL_ATTENTION_INIT + CAUSAL_ATTENTION_BUFFER + '''        scores = (q @ k.transpose(1, 2) * 0).masked_fill(self.mask[:T, :T], float("-inf"))
+        return self.dropout(torch.softmax(scores, dim=-1)) @ v
+'''),
+    Degenerate("fix_causal_attention", "the value projection", CAUSAL_ATTENTION_INIT + CAUSAL_ATTENTION_BUFFER + '''        return v
+'''),
+    Degenerate("fix_causal_attention", "zeros", CAUSAL_ATTENTION_INIT + CAUSAL_ATTENTION_BUFFER + '''        return torch.zeros_like(v)
+'''),
+    Degenerate("fix_causal_attention", "NaN", CAUSAL_ATTENTION_INIT + CAUSAL_ATTENTION_BUFFER + '''        return torch.full_like(v, float("nan"))
+'''),
+    # -- qkv_parameter_counts
+    Degenerate("param_counts", "zeros, with the ValueError", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return {"full_heads": 0, "split_heads": 0, "fused": 0}
+'''),
+    Degenerate("param_counts", "one number for every count", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+    if d_model % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return dict.fromkeys(["full_heads", "split_heads", "fused"], d_model * d_model)
+'''),
+    # -- split_heads / merge_heads
+    Degenerate("heads", "zeros of the right shapes", '''def split_heads(x, num_heads):
+    B, S, D = x.shape
+    return torch.zeros(B, num_heads, S, D // num_heads, dtype=x.dtype)
+
+
+def merge_heads(x):
+    B, H, S, d_k = x.shape
+    return torch.zeros(B, S, H * d_k, dtype=x.dtype)
+'''),
+    Degenerate("heads", "return their input", '''def split_heads(x, num_heads):
+    return x
+
+
+def merge_heads(x):
+    return x
+'''),
+    # -- MultiHeadAttention
+    Degenerate("mha", "uniform weights (scores multiplied by 0)", UNIFORM + MHA_INIT + MHA_UNIFORM_FORWARD),
+    Degenerate("mha", "zeros", _mha_returns("torch.zeros_like(query)", "torch.zeros(B, self.num_heads, Sq, Sk, dtype=query.dtype)")),
+    Degenerate("mha", "the values", _mha_returns("value[:, :Sq] + 0 * self.W_o(query)",
+                                                  "torch.ones(B, self.num_heads, Sq, Sk, dtype=query.dtype) / Sk")),
+    Degenerate("mha", "NaN", _mha_returns("torch.full_like(query, float('nan'))",
+                                           "torch.full((B, self.num_heads, Sq, Sk), float('nan'), dtype=query.dtype)")),
+    # -- to_torch_mha
+    Degenerate("to_torch_mha", "a new module, nothing copied", '''def to_torch_mha(module):
+    return nn.MultiheadAttention(module.d_model, module.num_heads, batch_first=True,
+                                 bias=module.W_q.bias is not None, dtype=module.W_q.weight.dtype)
+'''),
+    # -- CausalSelfAttention
+    Degenerate("causal_self_attention", "uniform weights (scores multiplied by 0)", CSA_INIT + CSA_FORWARD_HEAD + '''        scores = (q @ k.transpose(-2, -1) * 0).masked_fill(~self.causal[:T, :T], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+    Degenerate("causal_self_attention", "the input", _csa_returns("x + 0 * self.dropout(v).sum()",
+                                                                  "self.causal[:T, :T] / self.causal[:T, :T].sum(-1, keepdim=True)")),
+    Degenerate("causal_self_attention", "zeros", _csa_returns("torch.zeros_like(x)", "torch.zeros(B, self.num_heads, T, T, dtype=x.dtype)")),
+    Degenerate("causal_self_attention", "NaN", _csa_returns("torch.full_like(x, float('nan'))",
+                                                            "torch.full((B, self.num_heads, T, T), float('nan'), dtype=x.dtype)")),
+    # -- train_model
+    Degenerate("train_model", "made-up decreasing losses, no training", '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+    return [3.0 * 0.97 ** step for step in range(steps)]
+'''),
+    Degenerate("train_model", "zeros", '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+    return [0.0] * steps
+'''),
+    # -- head_similarity
+    Degenerate("head_similarity", "the identity", '''def head_similarity(weights):
+    return torch.eye(weights.shape[0], dtype=weights.dtype)
+'''),
+    Degenerate("head_similarity", "ones", '''def head_similarity(weights):
+    return torch.ones(weights.shape[0], weights.shape[0], dtype=weights.dtype)
+'''),
+    Degenerate("head_similarity", "zeros", '''def head_similarity(weights):
+    return torch.zeros(weights.shape[0], weights.shape[0], dtype=weights.dtype)
+'''),
+    # -- CachedSelfAttention
+    Degenerate("kv_cache", "uniform weights (scores multiplied by 0)",
+               UNIFORM + _cached_forward(CACHE).replace("attend(q, k, v, mask)", "uniform_attention(q, k, v, mask)")),
+    Degenerate("kv_cache", "the input", _cached_forward(CACHE).replace("context, _ = attend(q, k, v, mask)\n        return self.W_o(merge_heads(context))", "return x.clone()")),
+    Degenerate("kv_cache", "zeros", _cached_forward(CACHE).replace("context, _ = attend(q, k, v, mask)\n        return self.W_o(merge_heads(context))", "return torch.zeros_like(x)")),
+    # -- GroupedQueryAttention
+    Degenerate("gqa", "uniform weights (scores multiplied by 0)",
+               UNIFORM + _gqa_forward(GQA_EXPAND).replace("attend(q, k, v, mask)", "uniform_attention(q, k, v, mask)")),
+    Degenerate("gqa", "the input", _gqa_forward(GQA_EXPAND).replace("return self.W_o(merge_heads(context)), weights",
+                                                                   "return x.clone(), weights")),
+    Degenerate("gqa", "zeros", _gqa_forward(GQA_EXPAND).replace("return self.W_o(merge_heads(context)), weights",
+                                                               "return torch.zeros_like(x), torch.zeros_like(weights)")),
+]
+
+
 def mistake(exercise, name):
     """The code of a catalogued mistake, for reuse (the sample class uses some)."""
     return next(m.code for m in MISTAKES if m.exercise == exercise and m.name == name)
@@ -985,6 +1220,8 @@ FAILS = {
         ('allows_keys_up_to_the_query', 'diagonal_is_allowed'),
     ('causal_mask', 'float mask'):
         ('is_boolean_and_square',),
+    ('causal_mask', 'cut from a fixed 16 x 16 buffer'):
+        ('allows_keys_up_to_the_query',),
     ('causal_mask', 'blocked-positions convention'):
         ('allows_keys_up_to_the_query', 'diagonal_is_allowed', 'makes_attention_causal'),
     # -- padding_mask

@@ -24,6 +24,12 @@ class Outcome:
     message: str = ""
     missing: str = ""  # the name the student's code could not find (a NameError), if that failed it
     picture: dict = None  # pictures.Picture as a dict, when the failed check drew one
+    internal: bool = False  # the grader failed (never the student's fault)
+
+    @property
+    def refused(self):
+        """The check ran and the student's code did not pass it."""
+        return not self.passed and not self.internal
 
 
 NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
@@ -79,14 +85,16 @@ class SuiteSession:
         return exercise.id, getattr(item, "originalname", item.name)
 
     def pytest_collection_modifyitems(self, items):
-        # Only tests that course.yml gives points to run; tests/test_course.py makes sure nothing
-        # is left out by mistake.
+        # Only the gate and the tests that course.yml gives points to run; tests/test_course.py
+        # makes sure nothing is left out by mistake.
         items[:] = [item for item in items if self._key(item)[1] in
-                    self.by_suite[item.path.resolve()].points]
+                    self.by_suite[item.path.resolve()].tests]
 
     def pytest_collection_finish(self, session):
         for item in session.items:
             self.items.setdefault(self._key(item)[0], []).append(item)
+        for exercise in self.by_suite.values():  # the gate first: its verdict decides what else runs
+            self.items.get(exercise.id, []).sort(key=lambda item: self._key(item)[1] != exercise.gate)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
@@ -104,11 +112,26 @@ class SuiteSession:
         """Run the tests of `exercises` against one submission; returns the outcomes."""
         self._student, self._reference = student, reference
         self.outcomes, self.internal_errors = {}, []
-        items = [item for exercise in exercises for item in self.items.get(exercise.id, [])]
-        for index, item in enumerate(items):
-            student.exercise = self._key(item)[0]
-            following = items[index + 1] if index + 1 < len(items) else None
-            item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+        plan = [(exercise, self.items.get(exercise.id, [])) for exercise in exercises]
+        for position, (exercise, items) in enumerate(plan):
+            student.exercise = exercise.id
+            # pytest tears down what the next item does not need, so each item is told the item
+            # that really runs next: within an exercise, what its gate leaves to run; after it,
+            # the next exercise's first item (its gate), which always runs.
+            after = next((later[0] for _, later in plan[position + 1:] if later), None)
+            pending = list(items)
+            while pending:
+                item = pending.pop(0)
+                is_gate = self._key(item)[1] == exercise.gate
+                if is_gate:
+                    basic = [other for other in pending if self._key(other)[1] in exercise.basic]
+                    following = basic[0] if basic else after  # the only items sure to follow it
+                else:
+                    following = pending[0] if pending else after
+                item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+                if is_gate and self.outcomes[exercise.id, exercise.gate].refused:
+                    # An answer that fails the gate earns its basic tests only: the rest is not run.
+                    pending = [other for other in pending if self._key(other)[1] in exercise.basic]
         self._student = self._reference = None
         return self.outcomes
 
@@ -122,12 +145,13 @@ class SuiteSession:
             if error is None:
                 outcome = Outcome(True)
             else:
-                if not isinstance(error, (Feedback, StudentFailure)):
+                internal = not isinstance(error, (Feedback, StudentFailure))
+                if internal:
                     self.internal_errors.append(
                         f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
                 picture = getattr(error, "picture", None)
                 outcome = Outcome(False, student_message(error), missing_name(error),
-                                  picture.to_dict() if picture is not None else None)
+                                  picture.to_dict() if picture is not None else None, internal)
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):

@@ -8,6 +8,17 @@ from autograder.suites import adapters as A
 from autograder.suites.mistakes import causal_mask_mistakes
 
 
+def test_depends_on_the_position(student):
+    """The gate: a causal mask lets each query see a different number of keys."""
+    mask = A.causal_mask(student, 6)
+    checks.shape(mask, (6, 6), "causal_mask(6)")
+    allowed = mask != 0
+    checks.require(bool(allowed.any()) and bool((~allowed).any()) and len(set(allowed.sum(-1).tolist())) > 1,
+                   "causal_mask(6) gives every query the same keys ("
+                   + ("all of them" if bool(allowed.all()) else "none" if not bool(allowed.any()) else "the same number")
+                   + "): a causal mask lets query i see keys 0..i, so it is not a causal mask yet.")
+
+
 def test_is_boolean_and_square(student):
     mask = A.causal_mask(student, 6)
     checks.shape(mask, (6, 6), "causal_mask(6)")
@@ -17,7 +28,7 @@ def test_is_boolean_and_square(student):
 
 
 def test_allows_keys_up_to_the_query(student):
-    for seq_len in (4, 9, 1):
+    for seq_len in (4, 9, 1, 300, 1100):  # beyond any fixed buffer a mask might be cut from
         mask = A.causal_mask(student, seq_len)
         checks.shape(mask, (seq_len, seq_len), f"causal_mask({seq_len})")
         allowed = mask != 0

@@ -2,7 +2,7 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import mha_mistakes, pick
 
@@ -12,6 +12,13 @@ DROPOUT_HINT = "Use an nn.Dropout module on the weights: it is active in train()
 
 def x_of(t=A.SK, seed=300, dtype=torch.float64):
     return A.randn(A.B, t, A.D_MODEL, seed=seed, dtype=dtype)
+
+
+def test_computes_attention(student):
+    """The gate, on a sequence as long as the context."""
+    x = x_of(CONTEXT, seed=301)
+    substance.attention_module(lambda params: A.causal_self_attention(student, [x], params=params)[0][0][0],
+                               A.mha_parameters(seed=302))
 
 
 def test_rejects_indivisible_d_model(student):

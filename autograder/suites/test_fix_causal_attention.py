@@ -2,13 +2,20 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import causal_attention_mistakes
 
 
 def inputs(t=A.CONTEXT, seed=110, dtype=torch.float64):
     return A.randn(A.B, t, A.D_IN, seed=seed, dtype=dtype)
+
+
+def test_computes_attention(student):
+    """The gate, on a sequence as long as the context."""
+    x = inputs(seed=140)
+    substance.attention_module(lambda params: A.causal_attention(student, [x], params=params)[0][0],
+                               A.causal_attention_parameters(), queries="W_query", keys="W_key")
 
 
 def test_runs_and_returns_the_right_shape(student):

@@ -2,7 +2,7 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 
 GROUP_HINT = ("Query head h uses key/value head h // (num_heads // num_kv_heads): repeat each key/value "
@@ -22,6 +22,11 @@ def compare(student, x, mask, what, num_heads=A.GQA_HEADS, num_kv_heads=A.GQA_KV
     checks.close(weights, want_weights, f"The weights ({what})", GROUP_HINT, {MISTAKES: wrong[1]})
     checks.close(output, want_output, f"The output ({what})", "The weights are right: check the merge and W_o.",
                  {MISTAKES: wrong[0]})
+
+
+def test_computes_attention(student):
+    x = x_of(607)
+    substance.attention_module(lambda params: A.gqa(student, x, params=params)[0][0], A.gqa_parameters(seed=608))
 
 
 def test_rejects_bad_head_counts(student):

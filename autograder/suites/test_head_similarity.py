@@ -2,7 +2,7 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import head_similarity_mistakes
 
@@ -20,6 +20,15 @@ def expected(weights):
 
 def similarity(student, weights):
     return checks.tensor(student.call("head_similarity", weights)["output"], "head_similarity(weights)")
+
+
+def test_depends_on_the_maps(student):
+    """The gate: different maps give different similarities, and not one value for every pair."""
+    first, second = similarity(student, maps(seed=405)), similarity(student, maps(seed=406))
+    checks.shape(first, (A.H + 1, A.H + 1), "head_similarity(weights)")
+    off_diagonal = first[~torch.eye(A.H + 1, dtype=torch.bool)]
+    checks.require(substance.differs(first, second) and substance.differs(off_diagonal, off_diagonal[:1].expand_as(off_diagonal)),
+                   "head_similarity gives the same similarities whatever the maps, so it does not compare them yet.")
 
 
 def test_shape_and_dtype(student):

@@ -1,10 +1,18 @@
 """Hidden tests for split_heads(x, num_heads) and merge_heads(x)."""
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import merge_heads_mistakes, split_heads_mistakes
 
 LAYOUT_HINT = "view(B, S, H, d_k) and then transpose(1, 2), so head h holds features h*d_k:(h+1)*d_k."
+
+
+def test_rearranges_the_features(student):
+    """The gate: both functions only move the entries of their input."""
+    x = A.randn(A.B, A.SQ, A.D_MODEL, seed=4)
+    substance.rearrangement(A.split_heads(student, x, A.H), x, (A.B, A.H, A.SQ, A.D_K), "split_heads(x, H)")
+    heads = A.randn(A.B, A.H, A.SQ, A.D_K, seed=5)
+    substance.rearrangement(A.merge_heads(student, heads), heads, (A.B, A.SQ, A.D_MODEL), "merge_heads(x)")
 
 
 def test_split_heads_shape(student):

@@ -5,7 +5,7 @@ own full forward, so a mistake in the attention itself is charged once, not once
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import kv_cache_mistakes
 
@@ -28,6 +28,12 @@ def pieces(student, x, params, first=1, chunk=1):
                        f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
                        "Return the output for the new tokens only: [B, T_new, D].")
     return torch.cat(outputs, dim=1)
+
+
+def test_computes_attention(student):
+    """The gate, on the full forward without the cache."""
+    x = x_of(501)
+    substance.attention_module(lambda params: own_full(student, x, params), A.mha_parameters(seed=502))
 
 
 def test_full_forward_matches_causal_attention(student):

@@ -2,7 +2,7 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import mha_mistakes, pick
 
@@ -15,6 +15,16 @@ def cross_attention_inputs(dtype=torch.float64, seed=40):
     return (A.randn(A.B, A.SQ, A.D_MODEL, dtype=dtype, seed=seed),
             A.randn(A.B, A.SK, A.D_MODEL, dtype=dtype, seed=seed + 1),
             A.randn(A.B, A.SK, A.D_MODEL, dtype=dtype, seed=seed + 2))
+
+
+def test_computes_attention(student):
+    """The gate: keys of their own, as long as the queries."""
+    query, key = self_attention_inputs(seed=45), self_attention_inputs(seed=46)
+
+    def run(params, keys=key):
+        return A.mha(student, query, keys, query, params=params)[0][0]
+    params = A.mha_parameters(seed=47)
+    substance.attention_module(run, params, keys_changed=lambda: run(params, self_attention_inputs(seed=48)))
 
 
 def test_rejects_indivisible_d_model(student):

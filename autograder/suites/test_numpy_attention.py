@@ -2,7 +2,7 @@
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import numpy_attention_mistakes, pick
 
@@ -17,6 +17,13 @@ def inputs(leading=(), scale=1.0, seed=0):
 def expected(Q, K, V):
     q, k, v = map(torch.from_numpy, (Q, K, V))
     return A.torch_attention(q, k, v).numpy(), A.torch_weights(q, k).numpy()
+
+
+def test_computes_attention(student):
+    """The gate, on one sequence."""
+    def call(q, k, v):
+        return tuple(map(checks.as_tensor, A.numpy_attention(student, q.numpy(), k.numpy(), v.numpy())))
+    substance.attention_function(call, *A.qkv((), seed=5))
 
 
 def test_returns_numpy_arrays(student):

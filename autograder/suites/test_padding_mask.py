@@ -27,6 +27,18 @@ def shape_cause(mask, batch, max_len, longest):
     return ""
 
 
+def test_depends_on_the_lengths(student):
+    """The gate: sequences of different lengths get different masks, each allowing some keys."""
+    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    checks.require(mask.numel() == len(LENGTHS) * MAX_LEN,
+                   f"padding_mask(lengths, {MAX_LEN}) has {mask.numel()} entries for {len(LENGTHS)} sequences of "
+                   f"{MAX_LEN} positions.")
+    rows = mask.reshape(len(LENGTHS), MAX_LEN) != 0
+    checks.require(bool(rows.any()) and bool((~rows).any()) and len({tuple(row.tolist()) for row in rows}) > 1,
+                   "padding_mask gives sequences of different lengths the same mask, so it ignores the lengths: "
+                   "it is not a padding mask yet.")
+
+
 def test_is_boolean_with_broadcast_shape(student):
     mask = A.padding_mask(student, LENGTHS, MAX_LEN)
     checks.require(mask.dtype == torch.bool, f"padding_mask returned dtype {mask.dtype}; expected torch.bool.",

@@ -42,6 +42,16 @@ def check_count(student, key, hint, bias=False):
                      + (", bias=True" if bias else ""), hint)
 
 
+def test_counts_grow_with_the_model(student):
+    """The gate: every count is a number that grows with d_model."""
+    small, large = counts(student, 48, 6), counts(student, 96, 6)
+    for key in KEYS:
+        checks.require(all(isinstance(value[key], (int, float)) and not isinstance(value[key], bool)
+                           for value in (small, large)) and large[key] > small[key] > 0,
+                       f"The {key!r} count does not grow with d_model (48 -> 96 with 6 heads), so it does not "
+                       "count the parameters yet.")
+
+
 def test_fused_projection(student):
     check_count(student, "fused", "Three d_model x d_model matrices: one each for Q, K and V.")
 

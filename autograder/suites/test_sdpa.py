@@ -8,11 +8,17 @@ wrong scaling fails the value tests (against torch and the reference) and nothin
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 from autograder.suites.mistakes import pick, sdpa_mistakes
 
 TRANSPOSE_HINT = "Transpose only the last two dimensions of k: k.transpose(-2, -1)."
+
+
+def test_computes_attention(student):
+    """The gate: 3-D inputs with as many keys as queries, which every attempt handles."""
+    q, k, v = A.qkv((A.B,), sk=A.SQ, seed=40)
+    substance.attention_function(lambda *qkv: A.sdpa(student, *qkv)[0], q, k, v)
 
 
 def test_shapes_with_any_leading_dims(student):

@@ -13,6 +13,20 @@ def scores(*shape, seed=0, dtype=np.float64):
     return A.randn(*shape, seed=seed).numpy().astype(dtype) * 3
 
 
+def test_is_a_softmax(student):
+    """The gate, on one 1-D slice: positive probabilities that follow the order of the scores."""
+    x = scores(A.SK, seed=8)
+    result, _ = A.softmax(student, x)
+    checks.shape(result, x.shape, "softmax of a 1-D array")
+    probabilities = np.asarray(result, dtype=np.float64)
+    checks.require(bool(np.all(np.isfinite(probabilities)) and np.all(probabilities > 0)),
+                   "softmax(x) of ordinary scores is not made of positive numbers, so it is not a softmax yet.")
+    checks.require(np.array_equal(np.argsort(probabilities), np.argsort(x)) and
+                   bool(np.all(np.diff(np.sort(probabilities)) > 0)),
+                   "softmax(x) does not follow the scores (a larger score must get a larger probability), so it "
+                   "ignores its input: it is not a softmax yet.")
+
+
 def test_returns_an_array_of_the_same_shape(student):
     for shape in [(A.SK,), (A.SQ, A.SK), (A.B, A.SQ, A.SK)]:
         result, _ = A.softmax(student, scores(*shape))

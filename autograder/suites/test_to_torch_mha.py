@@ -6,7 +6,7 @@ MultiHeadAttention costs points in that exercise only."""
 
 import torch
 
-from autograder.harness import checks
+from autograder.harness import checks, substance
 from autograder.suites import adapters as A
 
 # float32 unless a test says otherwise: the dtype has its own test.
@@ -41,6 +41,16 @@ def stacking_mistakes(params, part):
     return {"stacking keys before queries (the order is queries, keys, values)": torch.cat([k, q, v]),
             "leaving nn.MultiheadAttention's own initial values (nothing was copied)":
                 torch.zeros_like(torch.cat([q, k, v])) if part == "bias" else None}
+
+
+def test_copies_the_modules_weights(student):
+    """The gate: the returned module depends on the weights of the module it was given."""
+    (_, first), (_, second) = converted(student, seed=12), converted(student, seed=13)
+    copied = [name for name in ("in_proj_weight", "out_proj.weight")
+              if name in first["state"] and name in second["state"]
+              and substance.differs(first["state"][name], second["state"][name])]
+    checks.require(copied, "to_torch_mha returns the same weights whatever the module it is given, so nothing "
+                   "of the module is copied yet.")
 
 
 def test_returns_batch_first_multihead_attention(student):

@@ -33,13 +33,17 @@ def losses_of(student, reference, num_heads=4, believed=True):
         values.append(float(loss))
     checks.require(values, "train_model returned an empty list.", "Record one loss per optimiser step.")
     actual = A.pattern_loss(model, inputs, targets)
-    if believed and abs(values[-1] - actual) > 0.05 + 0.1 * actual:
+    if believed and not agrees(values[-1], actual):
         crossed = A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
         cause = ("It matches the loss with logits and targets flattened in different orders: flatten both "
-                 "the same way." if abs(values[-1] - crossed) <= 0.05 + 0.1 * crossed else "")
+                 "the same way." if agrees(values[-1], crossed) else "")
         raise checks.Feedback(f"The last loss train_model reported is {values[-1]:.3f}, but the parameters it "
                               f"left in the model give a loss of {actual:.3f} on the same batch.", cause)
     return values, model, actual
+
+
+def agrees(reported, recomputed):
+    return abs(reported - recomputed) <= 0.05 + 0.1 * recomputed
 
 
 def moved(before, after):
@@ -59,6 +63,17 @@ def unmoved(student, model, num_heads):
 def held_out_accuracy(reference, model):
     inputs, targets = reference["make_pattern_data"](256, seed=4242)
     return reference["accuracy"](model, inputs, targets)
+
+
+def test_trains_the_model(student, reference):
+    """The gate: train_model changes the model's parameters, or at least reports the model's losses."""
+    values, model, actual = losses_of(student, reference, believed=False)
+    inputs, targets = A.trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[2]
+    crossed = A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
+    reported = agrees(values[-1], actual) or agrees(values[-1], crossed)
+    checks.require(reported or not unmoved(student, model, 4),
+                   f"train_model left the parameters where they started and its last reported loss "
+                   f"({values[-1]:.3f}) is not the model's ({actual:.3f}), so it does not train yet.")
 
 
 def test_returns_one_loss_per_step(student, reference):

@@ -1,0 +1,152 @@
+"""make check EXERCISE=id: an exercise author's loop, in seconds rather than a whole `make test`.
+
+Grades, as one small class with the command instructors run (`grade-class`): the reference
+solution, the released stub, and every catalogue entry of the exercise (its mistakes, correct
+variants and degenerate answers).  Prints one line per answer with its points and whether it
+graded as the catalogue says, and exits 1 when any did not.  tests/test_catalogue.py judges the
+whole catalogue with the same functions.
+
+    .venv/bin/python -m tests.check sdpa [--keep DIR]
+"""
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, MISTAKES, STILL_ALSO_FAILS, VARIANTS
+from tests.conftest import run_grader
+from tests.notebooks import COURSE, make_submission, solution_answers
+
+ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments for exercise in assignment.exercises}
+MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
+KINDS = {"mistake": MISTAKES, "variant": VARIANTS, "degenerate": DEGENERATES}
+
+
+def student_id(kind, entry):
+    return f"{kind}__{entry.exercise}__{re.sub(r'[^a-z0-9]+', '_', entry.name.lower()).strip('_')}"
+
+
+def entries(exercise=None):
+    """(kind, entry) for the whole catalogue, or one exercise's part of it."""
+    return [(kind, entry) for kind, listed in KINDS.items() for entry in listed
+            if exercise is None or entry.exercise == exercise]
+
+
+def grade_entries(chosen, root, extra=()):
+    """Grade the chosen (kind, entry) pairs, and extra (student, assignment, answers) submissions,
+    as one class under root; returns the folder of results."""
+    for kind, entry in chosen:
+        assignment = ASSIGNMENT_OF[entry.exercise]
+        answers = {**solution_answers(assignment), entry.exercise: entry.code}
+        make_submission(assignment, answers, root / "submitted" / student_id(kind, entry) / assignment)
+    for student, assignment, answers in extra:
+        make_submission(assignment, answers, root / "submitted" / student / assignment)
+    process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
+                         "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=3000)
+    if process.returncode != 0:
+        raise RuntimeError(process.stderr)
+    return root / "out" / "results"
+
+
+def exercise_results(results, student, exercise):
+    """(the exercise's test results, the notes at the top of the exercise) of one graded student."""
+    path = results / student / ASSIGNMENT_OF[exercise] / "results.json"
+    result = json.loads(path.read_text())
+    tests = [test for test in result["tests"] if test["name"].split(":")[0] == exercise]
+    notes = [part for part in result["output"].split("\n\n") if part.startswith(f"{exercise}: ")]
+    return tests, "\n".join(notes)
+
+
+def test_name(test):
+    return test["name"].split(": ", 1)[1].removeprefix("test_")
+
+
+def failed_tests(tests):
+    """The names (without test_) of the tests that lost points."""
+    return {test_name(test) for test in tests if test["score"] < test["max_score"]}
+
+
+def judge(results, kind, entry):
+    """(points earned, what is wrong: '' when the entry graded as the catalogue says)."""
+    tests, notes = exercise_results(results, student_id(kind, entry), entry.exercise)
+    earned = sum(test["score"] for test in tests)
+    if kind == "variant":
+        lost = [f"{test['name']}: {test.get('output', '')}" for test in tests if test["score"] < test["max_score"]]
+        return earned, "\n".join(lost)
+    if kind == "degenerate":
+        if earned > DEGENERATE_SHARE * MAX_SCORE[entry.exercise]:
+            return earned, f"earned more than {DEGENERATE_SHARE:.0%}"
+        if notes.count("only its basic checks count") != 1:
+            return earned, f"the feedback does not say once why it earns nothing:\n{notes}"
+        return earned, ""
+    failed = failed_tests(tests)
+    tolerated = set(STILL_ALSO_FAILS.get((entry.exercise, entry.name), ()))
+    if not failed:
+        return earned, "full marks"
+    if not set(entry.fails) | tolerated <= {test_name(test) for test in tests}:
+        return earned, "the catalogue names a test the exercise does not have"
+    if not failed <= set(entry.fails) | tolerated:
+        return earned, f"also fails {sorted(failed - set(entry.fails) - tolerated)}"
+    feedback = "\n".join([notes] + [test.get("output", "") for test in tests if test["score"] < test["max_score"]])
+    if entry.hint.lower() not in feedback.lower():
+        return earned, f"the feedback does not say {entry.hint!r}:\n{feedback}"
+    wrong = [other.hint for other in MISTAKES if other.exercise == entry.exercise
+             and other.hint.lower() not in entry.hint.lower() and other.hint.lower() in feedback.lower()]
+    if wrong:
+        return earned, f"the feedback names other mistakes' causes {wrong}:\n{feedback}"
+    return earned, ""
+
+
+def exactly_as_allowed(results, mistakes=MISTAKES):
+    """How many mistakes fail exactly the tests they are allowed to fail (the catalogue's precision)."""
+    return sum(failed_tests(exercise_results(results, student_id("mistake", m), m.exercise)[0]) == set(m.fails)
+               for m in mistakes)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("exercise", choices=sorted(ASSIGNMENT_OF))
+    parser.add_argument("--keep", help="keep the graded class in this folder")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="check-"))
+    assignment = ASSIGNMENT_OF[args.exercise]
+    chosen = entries(args.exercise)
+    results = grade_entries(chosen, root, [("reference", assignment, solution_answers(assignment)),
+                                           ("stub", assignment, {})])
+    full = MAX_SCORE[args.exercise]
+    problems = 0
+    rows = [("reference", "", *exercise_points(results, "reference", args.exercise, full, must_be_full=True)),
+            ("stub", "", *exercise_points(results, "stub", args.exercise, full, must_be_full=False))]
+    rows += [(kind, entry.name, *judge(results, kind, entry)) for kind, entry in chosen]
+    for kind, name, earned, wrong in rows:
+        problems += bool(wrong)
+        print(f"{'FAIL' if wrong else 'ok  '} {kind:10s} {earned:5g} / {full:g}  {name}")
+        if wrong:
+            print("       " + wrong.replace("\n", "\n       "))
+    mistakes = [entry for kind, entry in chosen if kind == "mistake"]
+    print(f"{args.exercise}: {len(rows)} answers graded in {time.monotonic() - started:.1f} s; "
+          f"{exactly_as_allowed(results, mistakes)} of {len(mistakes)} mistakes fail exactly their properties; "
+          f"{problems} not as the catalogue says")
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 1 if problems else 0
+
+
+def exercise_points(results, student, exercise, full, must_be_full):
+    tests, _ = exercise_results(results, student, exercise)
+    earned = sum(test["score"] for test in tests)
+    if must_be_full and earned < full:
+        return earned, "the reference solution lost points"
+    if not must_be_full and earned > DEGENERATE_SHARE * full:
+        return earned, f"the untouched stub earned more than {DEGENERATE_SHARE:.0%}"
+    return earned, ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
