@@ -25,8 +25,10 @@ def compare(student, x, mask, what, num_heads=A.GQA_HEADS, num_kv_heads=A.GQA_KV
 
 
 def test_computes_attention(student):
+    """The gate, with as many key/value heads as query heads: attention before any grouping."""
     x = x_of(607)
-    substance.attention_module(lambda params: A.gqa(student, x, params=params)[0][0], A.gqa_parameters(seed=608))
+    substance.attention_module(lambda params: A.gqa(student, x, params=params, num_kv_heads=A.GQA_HEADS)[0][0],
+                               A.gqa_parameters(A.GQA_HEADS, A.GQA_HEADS, seed=608))
 
 
 def test_rejects_bad_head_counts(student):

@@ -43,13 +43,17 @@ def check_count(student, key, hint, bias=False):
 
 
 def test_counts_grow_with_the_model(student):
-    """The gate: every count is a number that grows with d_model."""
-    small, large = counts(student, 48, 6), counts(student, 96, 6)
+    """The gate: every count is a number that grows with d_model, and full-width heads cost more
+    the more heads there are."""
+    small, large, more_heads = counts(student, 48, 6), counts(student, 96, 6), counts(student, 48, 12)
     for key in KEYS:
         checks.require(all(isinstance(value[key], (int, float)) and not isinstance(value[key], bool)
-                           for value in (small, large)) and large[key] > small[key] > 0,
+                           for value in (small, large, more_heads)) and large[key] > small[key] > 0,
                        f"The {key!r} count does not grow with d_model (48 -> 96 with 6 heads), so it does not "
                        "count the parameters yet.")
+    checks.require(more_heads["full_heads"] > small["full_heads"],
+                   "The 'full_heads' count does not grow with the number of heads (6 -> 12), so it does not count "
+                   "the parameters yet.")
 
 
 def test_fused_projection(student):
