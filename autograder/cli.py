@@ -216,6 +216,10 @@ def _grade_class(args, course):
         print(classroom.summary_table(graded))
     changed = classroom.changes(before, graded)
     print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if before else "")
+    flagged = [result for result in graded if result.flags]
+    if flagged:
+        print("\nFlagged (code that reaches into torch internals or the grader's guard; scored 0 there):\n"
+              + "\n".join(f"  {result.student} / {result.assignment}: {result.flags}" for result in flagged))
     print(f"Grades: {layout.grades_csv} ({len(results)} submissions)   wide: {layout.wide_csv}   "
           f"feedback: {layout.feedback_root}   gradebook: {args.db}")
     if interrupted:

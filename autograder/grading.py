@@ -4,7 +4,8 @@
   2. check that it belongs to the assignment                             (submission.py)
   3. fork a child of the warm worker and run the cells there             (student.py)
   4. run the hidden suites here, in the trusted process                  (harness/plugin.py)
-  5. apply the course's rules (from-scratch exercises)                   (rules.py)
+  5. apply the course's rules (from-scratch exercises, code that reaches
+     into torch internals or the guard)                                   (rules.py)
   6. score, as a pure function of what was observed                     (scoring.py)
 
 A `Grader` lives in one process and stays warm: one sandboxed worker that has imported torch, the
@@ -82,8 +83,10 @@ class Grader:
             process.close()
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
-        broken = rules.broken_rules(notebook.exercises, student)                      # 5
+        flag = rules.internals_flag(program, notebook.exercises)
+        broken = rules.broken_rules(notebook.exercises, student, flag)                # 5
         result = score_notebook(notebook, outcomes, process.cell_reports, broken)    # 6
+        result.flags = [f"{notebook.filename}: {flag}"] if flag else []
         result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
         return result
 

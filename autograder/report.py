@@ -15,21 +15,25 @@ from pathlib import Path
 from autograder.course import CourseError
 
 
-def graded_results(out):
-    """assignment -> list of (student, results.json dict) for submissions that were graded."""
+def grade_rows(out):
     grades = Path(out) / "grades.csv"
     if not grades.is_file():
         raise CourseError(f"no {grades}: run `make grade` first")
-    by_assignment = defaultdict(list)
     with open(grades) as handle:
-        for row in csv.DictReader(handle):
-            if row["status"] != "graded":
-                continue
-            path = Path(out) / "results" / row["student"] / row["assignment"] / "results.json"
-            try:
-                by_assignment[row["assignment"]].append((row["student"], json.loads(path.read_text())))
-            except (OSError, json.JSONDecodeError):
-                raise CourseError(f"{path} is missing or unreadable: grade the class again") from None
+        return list(csv.DictReader(handle))
+
+
+def graded_results(out):
+    """assignment -> list of (student, results.json dict) for submissions that were graded."""
+    by_assignment = defaultdict(list)
+    for row in grade_rows(out):
+        if row["status"] != "graded":
+            continue
+        path = Path(out) / "results" / row["student"] / row["assignment"] / "results.json"
+        try:
+            by_assignment[row["assignment"]].append((row["student"], json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError):
+            raise CourseError(f"{path} is missing or unreadable: grade the class again") from None
     return by_assignment
 
 
@@ -66,8 +70,13 @@ def plot_scores(by_assignment, path):
     plt.close(fig)
 
 
-def markdown(by_assignment, rows):
+def markdown(by_assignment, rows, flagged=()):
     lines = ["# Class report", ""]
+    if flagged:
+        lines += ["## Flagged for the instructor", "",
+                  "Code that reaches into torch internals or the grader's guard in an exercise that must be "
+                  "written from scratch (scored 0 there):", ""]
+        lines += [f"- {row['student']} / {row['assignment']}: {row['flags']}" for row in flagged] + [""]
     for assignment, results in by_assignment.items():
         scores = [r["score"] for _, r in results]
         top = results[0][1]["max_score"] if results else 0
@@ -98,5 +107,6 @@ def write_report(out, folder=None):
         writer.writeheader()
         writer.writerows(rows)
     plot_scores(by_assignment, folder / "scores.png")
-    (folder / "report.md").write_text(markdown(by_assignment, rows))
+    flagged = [row for row in grade_rows(out) if row.get("flags")]
+    (folder / "report.md").write_text(markdown(by_assignment, rows, flagged))
     return folder

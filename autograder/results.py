@@ -11,7 +11,7 @@ from pathlib import Path
 from autograder.pictures import Picture, png_base64
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "late_penalty", "final_score", "seconds_late",
-              "status", "reason"]
+              "status", "reason", "flags"]
 
 
 class Scored:
@@ -46,6 +46,7 @@ class NotebookResult(Scored):
     tests: list
     reason: str = ""                 # why nothing could be graded, if so
     notes: dict = field(default_factory=dict)  # exercise id -> the cells it needs that did not run
+    flags: list = field(default_factory=list)  # for the instructor: code that broke a course rule
     load_seconds: float = 0.0        # forking the child and running the cells
     suite_seconds: float = 0.0       # the hidden checks
 
@@ -91,6 +92,10 @@ class SubmissionResult(Scored):
         return "; ".join(f"{nb.notebook}: {nb.reason}" for nb in self.notebooks if nb.reason)
 
     @property
+    def flags(self):
+        return "; ".join(flag for nb in self.notebooks for flag in nb.flags)
+
+    @property
     def status(self):
         return "not graded" if self.reason else "graded"
 
@@ -117,7 +122,7 @@ class SubmissionResult(Scored):
         return {"student": self.student, "assignment": self.assignment, "score": f"{self.score:g}",
                 "max_score": f"{self.max_score:g}", "late_penalty": f"{self.late_penalty:g}",
                 "final_score": f"{self.final_score:g}", "seconds_late": f"{self.seconds_late:.0f}",
-                "status": self.status, "reason": self.reason}
+                "status": self.status, "reason": self.reason, "flags": self.flags}
 
     def feedback(self):
         """Markdown for the student: what passed, what failed and why; no hidden code or values."""
@@ -225,7 +230,7 @@ def to_record(result, **extra):
             "execution_time": round(result.seconds, 3), "submitted_at": result.submitted_at,
             "seconds_late": result.seconds_late,
             "late_penalty": result.late_penalty, **extra,
-            "notebooks": [{"notebook": nb.notebook, "reason": nb.reason, "notes": nb.notes,
+            "notebooks": [{"notebook": nb.notebook, "reason": nb.reason, "notes": nb.notes, "flags": nb.flags,
                            "load_seconds": round(nb.load_seconds, 3), "suite_seconds": round(nb.suite_seconds, 3),
                            "tests": [vars(test) for test in nb.tests]} for nb in result.notebooks]}
 
@@ -242,6 +247,7 @@ def from_record(record):
     for nb in record["notebooks"]:
         result.notebooks.append(NotebookResult(nb["notebook"], [TestResult(**test) for test in nb["tests"]],
                                                reason=nb.get("reason", ""), notes=_notes(nb.get("notes")),
+                                               flags=list(nb.get("flags") or []),
                                                load_seconds=nb.get("load_seconds", 0.0),
                                                suite_seconds=nb.get("suite_seconds", 0.0)))
     return result

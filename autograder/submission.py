@@ -46,6 +46,7 @@ class Program:
     cells: list                                  # Cells to run, in order
     answers: dict = field(default_factory=dict)  # exercise id -> the student's answer source
     grade_ids: set = field(default_factory=set)  # every nbgrader cell id found in the submission
+    written: dict = field(default_factory=dict)  # label -> source of every cell the student wrote
 
 
 def _nbgrader(cell):
@@ -115,6 +116,7 @@ def build_program(submitted, instructor):
         if grade_id and cell.get("cell_type") == "code":
             reference[grade_id] = (index, cell)
 
+    released = {_source(cell) for cell in instructor.cells if cell.get("cell_type") == "code"}
     emitted = []  # (instructor index or None, Cell)
     seen = set()
     answers = {}
@@ -146,8 +148,10 @@ def build_program(submitted, instructor):
             at = max((i for i, (where, _) in enumerate(emitted) if where is not None and where < index),
                      default=-1)
             emitted.insert(at + 1, (index, Cell(grade_id, _source(original))))
-    return Program(cells=[cell for _, cell in emitted if cell is not None], answers=answers,
-                   grade_ids=grade_ids)
+    cells = [cell for _, cell in emitted if cell is not None]
+    written = {cell.label: cell.source for cell in cells if cell.label in answers or
+               (cell.label.isdigit() and cell.source not in released)}
+    return Program(cells=cells, answers=answers, grade_ids=grade_ids, written=written)
 
 
 def load_program(path, instructor_path):

@@ -6,6 +6,7 @@ grades a class of attacks with `grade-class --jobs 1`, so one warm worker sees e
 turn; after each attack a canary (the reference solution) must still get full marks.
 """
 
+import csv
 import hashlib
 import json
 import os
@@ -183,6 +184,20 @@ ATTACKS = {
         "def scaled_dot_product_attention(q, k, v, mask=None):",
         "def scaled_dot_product_attention(q, k, v, mask=None):\n"
         "    out = _attention(q, k, v, attn_mask=mask)"),
+    "guard_destroyed_through_gc": "import gc\n"
+                                  "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                                  "    for obj in gc.get_objects():\n"
+                                  "        if type(obj).__name__ == 'Library':\n"
+                                  "            obj._destroy()\n"
+                                  "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)\n",
+    "original_behind_the_wrapper": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                                   "    wrapped = F.multi_head_attention_forward\n"
+                                   "    original = [c.cell_contents for c in wrapped.__closure__ if callable(c.cell_contents)][-1]\n"
+                                   "    d = q.shape[-1]\n    eye = torch.eye(d, dtype=q.dtype)\n"
+                                   "    out, w = original(q.transpose(0, -2), k.transpose(0, -2), v.transpose(0, -2), d, 1,\n"
+                                   "                      torch.cat([eye, eye, eye]), None, None, None, False, 0.0, eye, None,\n"
+                                   "                      attn_mask=None if mask is None else ~mask)\n"
+                                   "    return out.transpose(0, -2), w\n",
     "builtin_module": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
                       "    d = q.shape[-1]\n    m = torch.nn.MultiheadAttention(d, 1, batch_first=True, bias=False).to(q.dtype)\n"
                       "    return m(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:]))\n",
@@ -244,9 +259,20 @@ def test_attack_gains_nothing_and_the_next_submission_is_graded(class_of_attacks
 def test_from_scratch_evasions_are_named_in_the_feedback(class_of_attacks):
     out = class_of_attacks[0]
     for attack in ("aten_math_kernel", "builtin_then_reset_detector", "builtin_grabbed_while_loading",
-                   "builtin_module"):
+                   "builtin_module", "guard_destroyed_through_gc", "original_behind_the_wrapper"):
         outputs = {test["output"] for test in result_of(out, attack)["tests"]}
         assert any("built-in attention" in output for output in outputs), (attack, outputs)
+
+
+def test_code_that_reaches_into_torch_internals_or_the_guard_is_flagged_to_the_instructor(class_of_attacks):
+    """Read on the trusted side, where the student's process cannot switch the reading off."""
+    out = class_of_attacks[0]
+    with open(out / "grades.csv") as handle:
+        flags = {row["student"]: row["flags"] for row in csv.DictReader(handle)}
+    assert "imports gc" in flags["guard_destroyed_through_gc"]
+    assert "closure" in flags["original_behind_the_wrapper"]
+    assert ".ops" in flags["aten_math_kernel"] and "GUARD" in flags["builtin_then_reset_detector"]
+    assert not flags["builtin_module"] and not flags["aten_math_kernel_zcanary"]
 
 
 def test_no_host_secret_reaches_any_output(class_of_attacks):

@@ -8,6 +8,7 @@ model trained once, checked by several tests).  The process underneath only carr
 """
 
 from autograder import replies
+from autograder.student import StudentError
 
 
 class Student:
@@ -20,7 +21,12 @@ class Student:
 
     def _request(self, key, message, check):
         message = {**message, "from_scratch": self.exercise in self.from_scratch}
-        value = self.process.request(key, message, check)
+        try:
+            value = self.process.request(key, message, check)
+        except StudentError as error:
+            if error.kind == "BuiltinAttentionForbidden":  # the guard refused: the built-in was called
+                self.builtin_attention_users.add(self.exercise)
+            raise
         if value.get("used_builtin_attention"):
             self.builtin_attention_users.add(self.exercise)
         return value

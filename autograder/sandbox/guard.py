@@ -9,9 +9,12 @@ F.multi_head_attention_forward) are wrapped once, before any submission's code r
 taken by the submission is the wrapper.
 
 The grader reads the record from each reply.  Resetting the record changes nothing that counts:
-the call raised, so the built-in never produced an answer.  What stays possible in principle is
-code written to take this guard apart from the inside (finding and destroying its registrations);
-the README says so.
+the call raised, so the built-in never produced an answer.  After each guarded call the guard
+checks that it is still whole (its wrappers in place, its kernels still refusing); one found taken
+apart counts as a use, and is put back together.  Code written to take the guard apart and put it
+back within one call could still get through in principle; the trusted side reads the student's
+code for exactly that kind of reach (rules.reaches_into_internals), where the student's process
+cannot interfere.
 """
 
 import warnings
@@ -42,6 +45,7 @@ class Guard:
         self.active = False
         self.used = False
         self._library = None
+        self._wrappers = {}
         self._operators = sorted(
             name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
             if name.startswith("aten::") and any(part in name for part in ATTENTION_OPERATORS)
@@ -54,14 +58,44 @@ class Guard:
     def wrap_python_functions(self):
         """Once, in the warm worker: Python-level attention goes through the guard."""
         for name in ATTENTION_FUNCTIONS:
-            original = getattr(F, name)
-
-            def guarded(*args, _original=original, **kwargs):
-                if self.active:
-                    self._refuse()
-                return _original(*args, **kwargs)
+            guarded = self._wrap(getattr(F, name))
             guarded.__name__ = guarded.__qualname__ = name
+            self._wrappers[name] = guarded
             setattr(F, name, guarded)
+
+    def _wrap(self, original):
+        def guarded(*args, **kwargs):
+            if self.active:
+                self._refuse()
+            return original(*args, **kwargs)
+        return guarded
+
+    def intact(self):
+        """While forbidding: are the wrappers still in place and do the kernels still refuse?"""
+        if not self.active or self._library is None:
+            return False
+        if any(getattr(F, name, None) is not wrapper for name, wrapper in self._wrappers.items()):
+            return False
+        used, probe = self.used, torch.zeros(1, 1, 1)
+        try:
+            torch.ops.aten._scaled_dot_product_attention_math(probe, probe, probe)
+        except BuiltinAttentionForbidden:
+            return True
+        except Exception:  # noqa: BLE001 - anything but our refusal means the kernel ran or broke
+            return False
+        finally:
+            self.used = used
+        return False
+
+    def check(self):
+        """After a guarded call: a guard found taken apart counts as a use and is rebuilt."""
+        if self.active and not self.intact():
+            self.used = True
+            for name, wrapper in self._wrappers.items():
+                setattr(F, name, wrapper)
+            self.__exit__()
+            self.__enter__()
+            self.used = True
 
     def watch(self, forbidden):
         """Before each call: forbid torch's attention (or allow it again).  The registration stays
@@ -88,7 +122,10 @@ class Guard:
     def __exit__(self, *exc):
         self.active = False
         if self._library is not None:
-            self._library._destroy()
+            try:
+                self._library._destroy()
+            except Exception:  # noqa: BLE001 - already taken apart by the code under the guard
+                pass
             self._library = None
 
 

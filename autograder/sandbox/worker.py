@@ -222,9 +222,13 @@ def backward(outputs, grad_outputs, sources):
     return [next(found) if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sources]
 
 
+@contextlib.contextmanager
 def guarded(request):
     GUARD.watch(bool(request.get("from_scratch")))
-    return contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        GUARD.check()
 
 
 def call(request):
