@@ -20,8 +20,28 @@ def suite_tests(path):
 
 @pytest.mark.parametrize("exercise", [e for a in COURSE.assignments for e in a.exercises], ids=lambda e: e.id)
 def test_every_hidden_test_has_points_and_every_point_a_test(exercise):
-    assert suite_tests(exercise.suite) == set(exercise.points)
+    """Every test function of a suite is its exercise's gate or has points (course.yml)."""
+    assert suite_tests(exercise.suite) == set(exercise.tests)
     assert all(points > 0 for points in exercise.points.values())
+
+
+@pytest.mark.parametrize("exercise", [e for a in COURSE.assignments for e in a.exercises], ids=lambda e: e.id)
+def test_every_exercise_has_a_gate_and_its_basic_tests_stay_within_a_fifth(exercise):
+    assert exercise.gate and exercise.gate not in exercise.points
+    assert sum(exercise.points[test] for test in exercise.basic) <= 0.2 * exercise.max_score
+
+
+def readme_points(assignment):
+    return ", ".join(f"`{e.id}` {e.title} ({e.max_score:g})" for e in assignment.exercises)
+
+
+def test_the_readme_gives_the_points_of_course_yml():
+    """The README's table of assignments states each exercise's points as course.yml does."""
+    readme = (COURSE.root / "README.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[3].strip() for line in readme.splitlines()
+            if line.startswith("| `") and line.count("|") == 4}
+    expected = {assignment.id: readme_points(assignment) for assignment in COURSE.assignments}
+    assert {a: rows.get(a) for a in expected} == expected, "the README's Assignments table, as it should read"
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)

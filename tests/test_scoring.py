@@ -2,7 +2,7 @@
 
 from autograder.harness.plugin import Outcome
 from autograder.results import SubmissionResult
-from autograder.scoring import NOT_RUN, score_notebook
+from autograder.scoring import NOT_COUNTED, NOT_RUN, SAME_AS_GATE, score_notebook
 from autograder.student import CellReport
 from autograder.submission import Cell
 from tests.notebooks import COURSE
@@ -61,3 +61,36 @@ def test_cells_know_what_they_define_even_with_a_syntax_error():
     cell = Cell("mha", "import torch\nclass MultiHeadAttention(nn.Module:\n    x = 1\ndef helper(a):\n"
                        "    pass\nSCALE: float = 2.0\nflag == 3\n")
     assert cell.defines == ("MultiHeadAttention", "helper", "SCALE")
+
+
+def gated(exercise_id, gate_outcome, failing=(), message=""):
+    observed = outcomes(exercise_id, set(failing), message)
+    exercise = next(e for e in NOTEBOOK.exercises if e.id == exercise_id)
+    observed[exercise_id, exercise.gate] = gate_outcome
+    return exercise, score_notebook(NOTEBOOK, observed, [], {})
+
+
+def test_an_answer_that_fails_its_gate_earns_its_basic_tests_only_and_hears_why_once():
+    exercise, result = gated("mha", Outcome(False, "The output does not change when the queries change."))
+    tests = [t for t in result.tests if t.exercise == "mha"]
+    assert sum(t.score for t in tests) == sum(exercise.points[name] for name in exercise.basic) > 0
+    assert all(t.output == NOT_COUNTED for t in tests if t.test not in exercise.basic)
+    assert result.notes["mha"].count("does not change when the queries change") == 1
+    assert all(t.score == t.max_score for t in result.tests if t.exercise != "mha")
+
+
+def test_an_untouched_stub_is_reported_once():
+    stub = "Your code raised NotImplementedError: the stub has not been replaced yet."
+    exercise, result = gated("mha", Outcome(False, stub), failing=exercise_tests("mha"), message=stub)
+    outputs = [t.output for t in result.tests if t.exercise == "mha"]
+    assert not any(stub in output for output in outputs) and result.notes["mha"].count(stub) == 1
+    assert all(output in (NOT_COUNTED, SAME_AS_GATE) for output in outputs)
+
+
+def test_a_grader_error_in_a_gate_costs_the_student_nothing():
+    _, result = gated("mha", Outcome(False, "The grader could not run this check", internal=True))
+    assert all(t.score == t.max_score for t in result.tests) and "mha" not in result.notes
+
+
+def exercise_tests(exercise_id):
+    return set(next(e for e in NOTEBOOK.exercises if e.id == exercise_id).points)
