@@ -132,6 +132,17 @@ def _cached_forward(cache_and_mask):
 '''
 
 
+# The correct cache and mask (the degenerate answers keep them; one mistake changes their axis).
+CACHE = '''        past = 0
+        if use_cache:
+            if self.cached_k is not None:
+                past = self.cached_k.shape[2]
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
+'''
+
 GQA_INIT = '''class GroupedQueryAttention(nn.Module):
     def __init__(self, d_model, num_heads, num_kv_heads, bias=False):
         super().__init__()
@@ -637,15 +648,8 @@ def merge_heads(x):
         else:
             mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
 ''')),
-    Mistake("kv_cache", "cache concatenated along the head axis", "dim=2", _cached_forward('''        past = 0
-        if use_cache:
-            if self.cached_k is not None:
-                past = self.cached_k.shape[2]
-                k = torch.cat([self.cached_k, k], dim=1)
-                v = torch.cat([self.cached_v, v], dim=1)
-            self.cached_k, self.cached_v = k, v
-        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
-''')),
+    Mistake("kv_cache", "cache concatenated along the head axis", "dim=2",
+            _cached_forward(CACHE.replace("], dim=2)", "], dim=1)"))),
     Mistake("kv_cache", "reset forgets the position counter", "must forget everything", CACHED_INIT.replace(
         "        self.cached_k = self.cached_v = None\n", "        self.cached_k = self.cached_v = None\n        self.position = getattr(self, 'position', 0)\n") + '''
     def forward(self, x, use_cache=False):
@@ -666,22 +670,8 @@ def merge_heads(x):
 '''),
     Mistake("kv_cache", "reset_cache does nothing", "must forget everything", CACHED_INIT.replace(
         "    def reset_cache(self):\n        self.cached_k = self.cached_v = None\n",
-        "    def reset_cache(self):\n        if not hasattr(self, 'cached_k'):\n            self.cached_k = self.cached_v = None\n") + '''
-    def forward(self, x, use_cache=False):
-        q = split_heads(self.W_q(x), self.num_heads)
-        k = split_heads(self.W_k(x), self.num_heads)
-        v = split_heads(self.W_v(x), self.num_heads)
-        past = 0
-        if use_cache:
-            if self.cached_k is not None:
-                past = self.cached_k.shape[2]
-                k = torch.cat([self.cached_k, k], dim=2)
-                v = torch.cat([self.cached_v, v], dim=2)
-            self.cached_k, self.cached_v = k, v
-        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
-        context, _ = attend(q, k, v, mask)
-        return self.W_o(merge_heads(context))
-'''),
+        "    def reset_cache(self):\n        if not hasattr(self, 'cached_k'):\n            self.cached_k = self.cached_v = None\n")
+            + _cached_forward(CACHE)[len(CACHED_INIT):]),
     # -- GroupedQueryAttention ------------------------------------------------------------------
     Mistake("gqa", "repeat instead of repeat_interleave", "repeat_interleave", _gqa_forward('''        k = k.repeat(1, group, 1, 1)
         v = v.repeat(1, group, 1, 1)
@@ -936,16 +926,6 @@ UNIFORM = '''def uniform_attention(q, k, v, mask=None):
     return weights @ v, weights
 
 
-'''
-
-CACHE = '''        past = 0
-        if use_cache:
-            if self.cached_k is not None:
-                past = self.cached_k.shape[2]
-                k = torch.cat([self.cached_k, k], dim=2)
-                v = torch.cat([self.cached_v, v], dim=2)
-            self.cached_k, self.cached_v = k, v
-        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
 '''
 
 GQA_EXPAND = '''        k = k.repeat_interleave(group, dim=1)

@@ -25,7 +25,7 @@ SCORES = {
     "fay_syntax_error": (0, 0, 22, 17, 0, 0),
     "gus_infinite_loop": (0, 0, 22, 34, 0, 0),
     "hal_corrupt": (0, 0, 0, 0, 0, 0),
-    "ivy_hostile": (0, 0, 22, 24, 0, 0),
+    "ivy_hostile": (0, 0, 22, 21, 0, 0),
     "jon_unstable": (14, 0, 0, 0, 24, 0),
     "kim_mask_bugs": (0, 0, 14, 0, 0, 15),
 }

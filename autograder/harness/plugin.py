@@ -25,11 +25,13 @@ class Outcome:
     missing: str = ""  # the name the student's code could not find (a NameError), if that failed it
     picture: dict = None  # pictures.Picture as a dict, when the failed check drew one
     internal: bool = False  # the grader failed (never the student's fault)
+    crashed: bool = False   # the student's code raised, hung or broke the process (a stub aside)
 
     @property
     def refused(self):
-        """The check ran and the student's code did not pass it."""
-        return not self.passed and not self.internal
+        """The check ran to its verdict and the answer did not have the property (or is still the
+        stub).  A crash is not a verdict: the tests that need the crashing call charge it."""
+        return not self.passed and not self.internal and not self.crashed
 
 
 NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
@@ -150,8 +152,10 @@ class SuiteSession:
                     self.internal_errors.append(
                         f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
                 picture = getattr(error, "picture", None)
+                stub = isinstance(error, StudentError) and error.kind == "NotImplementedError"
                 outcome = Outcome(False, student_message(error), missing_name(error),
-                                  picture.to_dict() if picture is not None else None, internal)
+                                  picture.to_dict() if picture is not None else None, internal,
+                                  isinstance(error, StudentFailure) and not stub)
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):
