@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from autograder.lateness import LatePolicy, parse_due
+from autograder.lateness import LatePolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = Path(__file__).resolve().parent / "suites"
@@ -109,6 +109,17 @@ class Course:
 
     def release_notebook(self, assignment, notebook):
         return self.root / "exercises" / assignment.id / notebook.filename
+
+
+def parse_due(text, where):
+    """An ISO 8601 date and time with a time zone ('2026-12-01T23:59:00+01:00' or '...Z')."""
+    try:
+        due = datetime.fromisoformat(str(text))
+    except ValueError:
+        raise CourseError(f"{where}: due {text!r} is not an ISO 8601 date and time") from None
+    if due.tzinfo is None:
+        raise CourseError(f"{where}: due {text!r} needs a time zone (for example +00:00 or Z)")
+    return due
 
 
 SANDBOX_MODES = ("bwrap", "none")

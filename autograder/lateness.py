@@ -12,7 +12,7 @@ configured in nbgrader_config.py), so nbgrader's own tools apply exactly what `m
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timezone
 from pathlib import Path
 
 
@@ -28,18 +28,6 @@ class LatePolicy:
         if late <= 0:
             return 0.0
         return min(self.max_percent, math.ceil(late / 86400) * self.percent_per_day) / 100
-
-
-def parse_due(text, where):
-    """An ISO 8601 date and time with a time zone ('2026-12-01T23:59:00+01:00' or '...Z')."""
-    from autograder.course import CourseError
-    try:
-        due = datetime.fromisoformat(str(text))
-    except ValueError:
-        raise CourseError(f"{where}: due {text!r} is not an ISO 8601 date and time") from None
-    if due.tzinfo is None:
-        raise CourseError(f"{where}: due {text!r} needs a time zone (for example +00:00 or Z)")
-    return due
 
 
 def submitted_at(folder):
