@@ -23,10 +23,10 @@ def grade_rows(out):
         return list(csv.DictReader(handle))
 
 
-def graded_results(out):
-    """assignment -> list of (student, results.json dict) for submissions that were graded."""
+def graded_results(out, rows):
+    """assignment -> list of (student, results.json dict) for the rows of grades.csv that were graded."""
     by_assignment = defaultdict(list)
-    for row in grade_rows(out):
+    for row in rows:
         if row["status"] != "graded":
             continue
         path = Path(out) / "results" / row["student"] / row["assignment"] / "results.json"
@@ -96,7 +96,8 @@ def markdown(by_assignment, rows, flagged=()):
 
 
 def write_report(out, folder=None):
-    by_assignment = graded_results(out)
+    grades = grade_rows(out)
+    by_assignment = graded_results(out, grades)
     if not by_assignment:
         raise CourseError(f"no graded submissions in {out}")
     folder = Path(folder or Path(out) / "report")
@@ -107,6 +108,6 @@ def write_report(out, folder=None):
         writer.writeheader()
         writer.writerows(rows)
     plot_scores(by_assignment, folder / "scores.png")
-    flagged = [row for row in grade_rows(out) if row.get("flags")]
+    flagged = [row for row in grades if row.get("flags")]
     (folder / "report.md").write_text(markdown(by_assignment, rows, flagged))
     return folder

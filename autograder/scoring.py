@@ -54,16 +54,16 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
         gate = outcomes.get((exercise.id, exercise.gate)) if exercise.gate else None
         gate_failed = gate is not None and gate.refused
         cell_error = gate_failed and (gate.missing in undefined or (own_cell_broken and bool(gate.missing)))
-        if gate_failed and not cell_error and exercise.id not in broken_rules:
+        capped = gate_failed and not cell_error  # a failed cell is reported as such, not as the gate
+        if capped and exercise.id not in broken_rules:
             notes[exercise.id] = "\n\n".join(filter(None, [notes.get(exercise.id), gate_note(exercise, gate)]))
         for test, points in exercise.points.items():
             outcome = outcomes.get((exercise.id, test))
             if exercise.id in broken_rules:
                 results.append(TestResult(exercise.id, test, 0.0, points, broken_rules[exercise.id]))
-            elif gate_failed and not cell_error and test not in exercise.basic:
+            elif capped and test not in exercise.basic:
                 results.append(TestResult(exercise.id, test, 0.0, points, NOT_COUNTED))
-            elif gate_failed and not cell_error and outcome is not None and not outcome.passed \
-                    and outcome.message == gate.message:
+            elif capped and outcome is not None and not outcome.passed and outcome.message == gate.message:
                 results.append(TestResult(exercise.id, test, 0.0, points, SAME_AS_GATE))
             elif outcome is None:
                 results.append(TestResult(exercise.id, test, 0.0, points,

@@ -121,19 +121,18 @@ class SuiteSession:
             # that really runs next: within an exercise, what its gate leaves to run; after it,
             # the next exercise's first item (its gate), which always runs.
             after = next((later[0] for _, later in plan[position + 1:] if later), None)
+            basic = [item for item in items if self._key(item)[1] in exercise.basic]
             pending = list(items)
             while pending:
                 item = pending.pop(0)
                 is_gate = self._key(item)[1] == exercise.gate
                 if is_gate:
-                    basic = [other for other in pending if self._key(other)[1] in exercise.basic]
                     following = basic[0] if basic else after  # the only items sure to follow it
                 else:
                     following = pending[0] if pending else after
                 item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
                 if is_gate and self.outcomes[exercise.id, exercise.gate].refused:
-                    # An answer that fails the gate earns its basic tests only: the rest is not run.
-                    pending = [other for other in pending if self._key(other)[1] in exercise.basic]
+                    pending = list(basic)  # an answer that fails the gate earns its basic tests only
         self._student = self._reference = None
         return self.outcomes
 

@@ -90,12 +90,11 @@ class Guard:
     def check(self):
         """After a guarded call: a guard found taken apart counts as a use and is rebuilt."""
         if self.active and not self.intact():
-            self.used = True
             for name, wrapper in self._wrappers.items():
                 setattr(F, name, wrapper)
             self.__exit__()
             self.__enter__()
-            self.used = True
+            self.used = True  # after __enter__, which starts a fresh record
 
     def watch(self, forbidden):
         """Before each call: forbid torch's attention (or allow it again).  The registration stays

@@ -34,12 +34,16 @@ def losses_of(student, reference, num_heads=4, believed=True):
     checks.require(values, "train_model returned an empty list.", "Record one loss per optimiser step.")
     actual = A.pattern_loss(model, inputs, targets)
     if believed and not agrees(values[-1], actual):
-        crossed = A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
         cause = ("It matches the loss with logits and targets flattened in different orders: flatten both "
-                 "the same way." if agrees(values[-1], crossed) else "")
+                 "the same way." if agrees(values[-1], crossed_loss(model, inputs, targets)) else "")
         raise checks.Feedback(f"The last loss train_model reported is {values[-1]:.3f}, but the parameters it "
                               f"left in the model give a loss of {actual:.3f} on the same batch.", cause)
     return values, model, actual
+
+
+def crossed_loss(model, inputs, targets):
+    """The loss of a loop that flattens logits and targets in different orders."""
+    return A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
 
 
 def agrees(reported, recomputed):
@@ -69,8 +73,7 @@ def test_trains_the_model(student, reference):
     """The gate: train_model changes the model's parameters, or at least reports the model's losses."""
     values, model, actual = losses_of(student, reference, believed=False)
     inputs, targets = A.trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[2]
-    crossed = A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
-    reported = agrees(values[-1], actual) or agrees(values[-1], crossed)
+    reported = agrees(values[-1], actual) or agrees(values[-1], crossed_loss(model, inputs, targets))
     checks.require(reported or not unmoved(student, model, 4),
                    f"train_model left the parameters where they started and its last reported loss "
                    f"({values[-1]:.3f}) is not the model's ({actual:.3f}), so it does not train yet.")
