@@ -10,6 +10,7 @@ same command grades only what is missing.
 """
 
 import csv
+import difflib
 import fnmatch
 import hashlib
 import io
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import CourseError
+from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
-from autograder.results import SubmissionResult, from_record, not_graded, write_atomic, write_csv
+from autograder.results import SubmissionResult, from_record, grader_failed, not_graded, write_atomic, write_csv
 
 log = logging.getLogger("autograder")
 
@@ -34,46 +36,55 @@ class Task:
     assignment: str
     folder: str
     fingerprint: str = ""
+    problem: str = ""      # why the folder is not graded at all (a link, an odd name), or ""
 
     @property
     def key(self):
         return f"{self.student}/{self.assignment}"
 
 
+@dataclass(frozen=True)
+class Stray:
+    """Something under submitted/ that is no submission: shown at the end of the run."""
+    path: str
+    reason: str
+
+
 def find_submissions(course, submitted, assignment_ids=None):
-    """(student, assignment, folder) for every submission folder, sorted."""
+    """([(student, assignment, folder, problem)], [Stray]) for the class under `submitted`, sorted.
+
+    `problem` is "" for a folder to grade, or why it cannot be graded (a link, an odd name): such a
+    submission gets a row with score 0 and the reason.  A student who handed in some assignments
+    gets a row for each other one that the class handed in, saying it was not submitted."""
     known = {assignment.id for assignment in course.assignments}
-    found = []
+    found, strays, misnamed = [], [], {}
     try:
-        student_dirs = sorted(Path(submitted).iterdir())
-    except OSError as error:
-        raise CourseError(f"cannot read {submitted}: {error.strerror}") from None
-    for student_dir in student_dirs:
-        if not student_dir.is_dir() or student_dir.name.startswith("."):
-            continue
-        try:
-            folders = sorted(student_dir.iterdir())
-        except OSError as error:
-            log.warning("skipping %s: %s", student_dir, error.strerror)
-            continue
-        for folder in folders:
-            if not folder.is_dir():
-                continue
-            if folder.name not in known:
-                log.warning("skipping %s: %s is not an assignment in course.yml", folder, folder.name)
-                continue
-            if assignment_ids and folder.name not in assignment_ids:
-                continue
-            found.append((student_dir.name, course.assignment(folder.name), folder))
-    # A student who submitted some assignments but not another gets a row saying so.
-    students = sorted({student for student, _, _ in found})
-    assignments = {assignment.id: assignment for _, assignment, _ in found}
-    present = {(student, assignment.id) for student, assignment, _ in found}
+        folders = submission_folders(submitted)
+    except SubmissionError as error:
+        raise CourseError(str(error)) from None
+    for student, name, folder, problem in folders:
+        where = f"{printable(student)}/{printable(name)}" if name else printable(student)
+        if not name or (problem and name not in known):
+            strays.append(Stray(where, problem))
+        elif name not in known:
+            guess = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+            reason = "no such assignment in course.yml" + (f"; did you mean {guess[0]}?" if guess else "")
+            strays.append(Stray(where, reason))
+            misnamed.setdefault(student, []).append(f"{where} ({reason})")
+        elif not assignment_ids or name in assignment_ids:
+            found.append((student, course.assignment(name), folder, problem))
+    students = sorted({entry[0] for entry in found} | set(misnamed))
+    assignments = {assignment.id: assignment for _, assignment, _, _ in found}
+    if not assignments and misnamed:
+        assignments = {a.id: a for a in course.assignments if not assignment_ids or a.id in assignment_ids}
+    present = {(student, assignment.id) for student, assignment, _, _ in found}
     for student in students:
         for assignment_id, assignment in assignments.items():
             if (student, assignment_id) not in present:
-                found.append((student, assignment, Path(submitted) / student / assignment_id))
-    return sorted(found, key=lambda entry: (entry[0], entry[1].id))
+                note = "; ".join(misnamed.get(student, []))
+                found.append((student, assignment, Path(submitted) / student / assignment_id,
+                              f"not submitted; found {note} instead" if note else ""))
+    return sorted(found, key=lambda entry: (entry[0], entry[1].id)), strays
 
 
 def in_shard(task, shard):
@@ -93,6 +104,10 @@ def _hash_files(digest, paths):
             digest.update(b"<missing>")
 
 
+# What a fingerprint reads of a submitted file, at most: the grader reads no more (submission.py).
+FINGERPRINT_LIMIT = 512 * 2**20
+
+
 def course_fingerprint(course, assignment):
     """What grading an assignment depends on, besides the submission itself."""
     digest = hashlib.sha256()
@@ -104,23 +119,31 @@ def course_fingerprint(course, assignment):
     return digest.hexdigest()
 
 
-def fingerprint(course_part, assignment, folder):
-    digest = hashlib.sha256(course_part.encode())
-    _hash_files(digest, [Path(folder) / notebook.filename for notebook in assignment.notebooks]
-                + [Path(folder) / "timestamp.txt"])
+def fingerprint(course_part, assignment, folder, problem=""):
+    """What a submission's grade depends on: the course's part, and its files as the grader reads them."""
+    digest = hashlib.sha256(course_part.encode() + problem.encode())
+    if not problem:
+        for name in [notebook.filename for notebook in assignment.notebooks] + ["timestamp.txt"]:
+            digest.update(name.encode())
+            try:
+                digest.update(read_file(Path(folder) / name, folder, FINGERPRINT_LIMIT))
+            except SubmissionError as error:
+                digest.update(str(error).encode())
     return digest.hexdigest()[:32]
 
 
 def select_tasks(course, submitted, layout, *, assignments=None, students=None, shard=None, force=False):
-    """All tasks selected by the filters, and those among them that need grading."""
+    """All tasks selected by the filters, those among them that need grading, and the strays."""
     parts = {}
     tasks = []
-    for student, assignment, folder in find_submissions(course, submitted, assignments):
+    found, strays = find_submissions(course, submitted, assignments)
+    for student, assignment, folder, problem in found:
         if students and not any(fnmatch.fnmatchcase(student, pattern) for pattern in students):
             continue
         if assignment.id not in parts:
             parts[assignment.id] = course_fingerprint(course, assignment)
-        task = Task(student, assignment.id, str(folder), fingerprint(parts[assignment.id], assignment, folder))
+        task = Task(student, assignment.id, str(folder),
+                    fingerprint(parts[assignment.id], assignment, folder, problem), problem)
         if in_shard(task, shard):
             tasks.append(task)
     pending = []
@@ -128,7 +151,7 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
         record = None if force else layout.read_record(task.student, task.assignment)
         if record is None or record.get("fingerprint") != task.fingerprint:
             pending.append(task)
-    return tasks, pending
+    return tasks, pending, strays
 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
@@ -140,7 +163,12 @@ def _grade_tasks(course, layout, tasks, report):
     def body(grader):
         for task in tasks:
             report("start", task)
-            result = grader.grade_submission(course.assignment(task.assignment), task.folder, task.student)
+            assignment = course.assignment(task.assignment)
+            if task.problem:
+                result = SubmissionResult(task.student, task.assignment,
+                                          [not_graded(nb, task.problem) for nb in assignment.notebooks])
+            else:
+                result = grader.grade_submission(assignment, task.folder, task.student)
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
             report("done", task)
     open_grader(course, body)
@@ -215,7 +243,7 @@ def _parallel(course, layout, pending, jobs, on_done, meanwhile):
     for task in running.values():
         if task.key in remaining:
             lost = SubmissionResult(task.student, task.assignment,
-                                    [not_graded(nb, "the grading process stopped on this submission")
+                                    [grader_failed(nb, "the grading process stopped on this submission")
                                      for nb in course.assignment(task.assignment).notebooks])
             layout.save(lost, fingerprint="")
             remaining.discard(task.key)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import CourseError, load_course
+from autograder.intake import SubmissionError, find_notebooks
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
 log = logging.getLogger("autograder")
@@ -39,34 +40,41 @@ def _grade(args, course):
     return 0
 
 
-def find_notebooks(folder):
-    return sorted(path for path in Path(folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in path.parts)
+def choose_notebooks(assignment, folder):
+    """{notebook name: path} of an assignment's notebooks in an upload of unknown layout (any file
+    name will do when the assignment has one notebook and the upload holds one); SubmissionError
+    with the reason otherwise."""
+    by_filename = {notebook.filename: notebook.name for notebook in assignment.notebooks}
+    found = find_notebooks(folder)
+    if len(by_filename) == 1 and len(found) == 1:
+        return {assignment.notebooks[0].name: found[0]}
+    named = {by_filename[path.name]: path for path in found if path.name in by_filename}
+    if named:
+        return named
+    if not found:
+        raise SubmissionError("no notebook (.ipynb) was found in the submission")
+    raise SubmissionError(f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
+                          f"submit only {', '.join(sorted(by_filename))}")
 
 
 def _gradescope(args, course):
-    """What run_autograder calls: grade the notebook in Gradescope's submission folder."""
+    """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
+    for the instructor (run_autograder's results hide it from students)."""
     from autograder.grading import open_grader
-    from autograder.results import SubmissionResult, not_graded, write_json
+    from autograder.results import GRADER_FAILED, SubmissionResult, not_graded, write_json
 
     assignment = course.assignment(args.assignment)
-    expected = {notebook.filename for notebook in assignment.notebooks}
-    found = find_notebooks(args.submission)
-    named = [path for path in found if path.name in expected]
-    chosen, reason = {}, ""
-    if len(assignment.notebooks) == 1 and len(found) == 1:
-        chosen = {assignment.notebooks[0].name: found[0]}
-    elif named:
-        chosen = {path.stem: path for path in named}
-    elif not found:
-        reason = "no notebook (.ipynb) was found in the submission"
-    else:
-        reason = (f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
-                  f"submit only {', '.join(sorted(expected))}")
-    if not reason and course.limits.sandbox != "none":
-        try:
+    reason = ""
+    try:
+        chosen = choose_notebooks(assignment, args.submission)
+        if course.limits.sandbox != "none":
             probe()
-        except SandboxUnavailable as error:  # the student still gets a result that says why
-            reason = f"the grader's sandbox cannot be built in this container ({error}); tell your instructor"
+    except SubmissionError as error:
+        reason = str(error)
+    except SandboxUnavailable as error:  # the instructor's to fix: the student is told no more
+        print(f"instructor: the grader's sandbox cannot be built in this container ({error}); "
+              "rebuild the autograder image (setup.sh checks the sandbox)")
+        reason = GRADER_FAILED
     if reason:
         result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
     else:
@@ -173,7 +181,7 @@ def _grade_class(args, course):
     layout = Layout(args.out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=layout.log, level=logging.INFO, force=True)
-    tasks, pending = classroom.select_tasks(course, submitted, layout, assignments=args.assignment,
+    tasks, pending, strays = classroom.select_tasks(course, submitted, layout, assignments=args.assignment,
                                             students=args.student, shard=args.shard, force=args.force)
     if not tasks:
         raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
@@ -218,8 +226,13 @@ def _grade_class(args, course):
     print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if before else "")
     flagged = [result for result in graded if result.flags]
     if flagged:
-        print("\nFlagged (code that reaches into torch internals or the grader's guard; scored 0 there):\n"
+        print("\nFor the instructor (code that reaches into torch internals or the grader's guard scores 0 "
+              "there; a grader failure tells the student no more):\n"
               + "\n".join(f"  {result.student} / {result.assignment}: {result.flags}" for result in flagged))
+    if strays:
+        print(f"\nNot graded: {len(strays)} entr{'y' if len(strays) == 1 else 'ies'} under {submitted}/ "
+              "that are no <student>/<assignment>/ folder:\n"
+              + "\n".join(f"  {stray.path}: {stray.reason}" for stray in strays))
     print(f"Grades: {layout.grades_csv} ({len(results)} submissions)   wide: {layout.wide_csv}   "
           f"feedback: {layout.feedback_root}   gradebook: {args.db}")
     if interrupted:

@@ -12,7 +12,6 @@ work, and a manual score or comment set in formgrader survives every regrade.
 """
 
 import logging
-import shutil
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,9 +23,14 @@ from nbgrader.preprocessors import ClearOutput, SaveCells
 from sqlalchemy.exc import SAWarning
 
 from autograder.course import CourseError
+from autograder.intake import SubmissionError, exists, read_file
 from autograder.nbgrader_hooks import CourseLatePolicy, annotate
+from autograder.submission import read_notebook
 
 log = logging.getLogger("autograder")
+
+# The files of a submission folder that nbgrader's tools read, besides the notebooks.
+COPIED_ALONG = ("timestamp.txt", "submission_secret.txt")
 
 
 def utc_naive(moment):
@@ -72,12 +76,11 @@ def prepare(db_url, course, assignment_ids, only_new=False):
                                       f"{str(error).splitlines()[0]}") from None
 
 
-def _autograded_notebook(path, release):
-    """The submitted notebook without its outputs; the released one if it cannot be read."""
+def _autograded_notebook(path, folder, release):
+    """The submitted notebook without its outputs; the released one if it cannot be read (or is a
+    link out of its submission folder, which is never read)."""
     try:
-        nb = nbformat.read(path, as_version=4)
-        if not isinstance(nb.get("cells"), list):
-            raise ValueError("no cells")
+        nb = read_notebook(path, folder)
     except Exception as error:  # a corrupt or missing notebook: formgrader shows the release
         log.info("autograded copy of %s made from the release: %s", path, str(error).splitlines()[:1])
         nb = nbformat.read(release, as_version=4)
@@ -114,22 +117,24 @@ def record(gradebook, course, result, folder, autograded_root, policy):
     manual score is left as it is), and the late penalty is nbgrader's plugin's.
     """
     assignment = course.assignment(result.assignment)
-    if not any(Path(folder, notebook.filename).exists() for notebook in assignment.notebooks):
+    if not any(exists(Path(folder, notebook.filename)) for notebook in assignment.notebooks):
         return  # nothing was handed in: like nbgrader, no submission (export counts it as 0)
     target = Path(autograded_root) / result.student / result.assignment
     target.mkdir(parents=True, exist_ok=True)
     annotated = {}
     for notebook_result in result.notebooks:
         notebook = next(nb for nb in assignment.notebooks if nb.name == notebook_result.notebook)
-        nb = annotate(_autograded_notebook(Path(folder) / notebook.filename,
+        nb = annotate(_autograded_notebook(Path(folder) / notebook.filename, folder,
                                            course.release_notebook(assignment, notebook)), notebook_result)
         nbformat.write(nb, target / notebook.filename)
         annotated[notebook.name] = nb
     # Like nbgrader autograde: the submission's other files (timestamp.txt, the exchange's
     # submission_secret.txt that release_feedback needs) go along.
-    for path in Path(folder).iterdir():
-        if path.is_file() and not path.is_symlink() and path.suffix != ".ipynb":
-            shutil.copyfile(path, target / path.name)
+    for name in COPIED_ALONG:
+        try:
+            (target / name).write_bytes(read_file(Path(folder) / name, folder, 2**16))
+        except SubmissionError:
+            (target / name).unlink(missing_ok=True)
 
     gradebook.update_or_create_student(result.student)
     stamp = datetime.fromisoformat(result.submitted_at) if result.submitted_at else None

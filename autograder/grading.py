@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from autograder import lateness, rules
+from autograder import intake, lateness, rules
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
-from autograder.results import SubmissionResult, not_graded
+from autograder.results import SubmissionResult, grader_failed, not_graded
 from autograder.scoring import late_penalty, score_notebook
 from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
@@ -35,36 +35,40 @@ class Grader:
         self.course, self.worker, self.suites = course, worker, suites
 
     def grade_submission(self, assignment, folder, student="student", notebooks=None):
-        """Grade every notebook of an assignment found in `folder` (or the given paths)."""
+        """Grade every notebook of an assignment found in `folder` (or the given paths in it)."""
         started = time.monotonic()
         result = SubmissionResult(student, assignment.id)
+        try:
+            handed_in = lateness.submitted_at(folder)
+        except SubmissionError as error:  # a planted timestamp.txt: nothing of it is graded
+            result.notebooks = [not_graded(notebook, str(error)) for notebook in assignment.notebooks]
+            return result
         for notebook in assignment.notebooks:
             path = (notebooks or {}).get(notebook.name) or Path(folder) / notebook.filename
-            if not path.exists():
+            if not intake.exists(path):
                 result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
                 continue
-            result.notebooks.append(self.grade_notebook(assignment, notebook, path))
-        handed_in = lateness.submitted_at(folder)
+            result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder))
         result.submitted_at = handed_in.isoformat() if handed_in else ""
         result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
         result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 
-    def grade_notebook(self, assignment, notebook, path):
+    def grade_notebook(self, assignment, notebook, path, folder):
         try:
-            return self._grade_notebook(assignment, notebook, path)
+            return self._grade_notebook(assignment, notebook, path, folder)
         except WorkerError as error:
             log.error("worker failure while grading %s: %s", path, error)
-            return not_graded(notebook, f"the grader's sandbox failed ({error}); grade it again")
-        except Exception:  # one submission never costs the run: the instructor gets the traceback
+            return grader_failed(notebook, f"its sandbox failed ({error}); grade it again")
+        except Exception as error:  # one submission never costs the run: the instructor gets the traceback
             log.exception("internal error while grading %s", path)
-            return not_graded(notebook, "the grader failed on this notebook (see grader.log)")
+            return grader_failed(notebook, f"{type(error).__name__} (the traceback is in grader.log)")
 
-    def _grade_notebook(self, assignment, notebook, path):
+    def _grade_notebook(self, assignment, notebook, path, folder):
         instructor = self.course.release_notebook(assignment, notebook)
         try:
-            program = load_program(path, instructor)                                   # 1
+            program = load_program(path, folder, instructor)                          # 1
             check_belongs(program, notebook, self.course)                             # 2
         except SubmissionError as error:
             return not_graded(notebook, str(error))

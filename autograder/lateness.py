@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
 
+from autograder.intake import exists, read_file
+
 
 @dataclass(frozen=True)
 class LatePolicy:
@@ -31,12 +33,12 @@ class LatePolicy:
 
 
 def submitted_at(folder):
-    """When the submission in `folder` was handed in (nbgrader's timestamp.txt), or None."""
+    """When the submission in `folder` was handed in (nbgrader's timestamp.txt), or None; a
+    timestamp.txt that is a link out of the folder, or no regular file, raises SubmissionError."""
     path = Path(folder) / "timestamp.txt"
-    try:
-        text = path.read_text().strip()
-    except OSError:
+    if not exists(path):
         return None
+    text = read_file(path, folder, 4096).decode("utf-8", "replace").strip()
     from nbgrader.utils import parse_utc  # nbgrader costs seconds to import: only when needed
     try:
         stamp = parse_utc(text)

@@ -69,6 +69,17 @@ def not_graded(notebook, reason):
                           reason=reason)
 
 
+# What a student reads when grading failed for a reason only the instructor can act on; the
+# reason itself goes to the instructor (the result's flags, grades.csv, grader.log).
+GRADER_FAILED = "the grader could not run; your instructor has been told"
+
+
+def grader_failed(notebook, why):
+    result = not_graded(notebook, GRADER_FAILED)
+    result.flags = [f"{notebook.filename}: the grader failed: {why}"]
+    return result
+
+
 @dataclass
 class SubmissionResult(Scored):
     student: str

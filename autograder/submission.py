@@ -9,15 +9,19 @@ Read-only cells whose grade_id starts with "demo_" (training runs, timings, figu
 reading only: nothing graded may depend on them, so they are skipped to keep grading fast.
 """
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from autograder.intake import SubmissionError, read_file
+
 
 MAX_FILE_BYTES = 512 * 1024 * 1024   # what is read at all (outputs included)
 MAX_CODE_BYTES = 20 * 1024 * 1024    # what is run: the cells' sources, once outputs are dropped
+MAX_CELLS = 5000                     # cells of every kind; the course's notebooks have about 60
 
 
 @dataclass
@@ -35,10 +39,6 @@ class Cell:
 
 TOP_LEVEL_NAME = re.compile(r"^(?:(?:async\s+)?def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)",
                             re.MULTILINE)
-
-
-class SubmissionError(Exception):
-    """The submission cannot be graded at all; the message is one line for the student."""
 
 
 @dataclass
@@ -69,23 +69,26 @@ def cell_kind(cell):
     return "free"
 
 
-def read_notebook(path):
-    """Read a notebook with nbformat, or raise SubmissionError with a one-line reason."""
+def read_notebook(path, folder=None):
+    """Read a notebook with nbformat, or raise SubmissionError with a one-line reason.  `folder`
+    is the submission folder it must lie in (links out of it are refused); None for the course's own."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise SubmissionError(f"{path.name} is missing or unreadable") from None
-    if size == 0:
+    data = read_file(path, path.parent if folder is None else folder, MAX_FILE_BYTES)
+    if not data.strip():
         raise SubmissionError(f"{path.name} is empty")
-    if size > MAX_FILE_BYTES:
-        raise SubmissionError(f"{path.name} is {size / 2**20:.0f} MB, over the "
-                              f"{MAX_FILE_BYTES // 2**20} MB limit for a notebook file")
     try:
-        notebook = nbformat.read(str(path), as_version=4)
+        text = data.decode("utf-8")
+        raw = json.loads(text)
+        cells = raw.get("cells") if isinstance(raw, dict) else None  # counted before nbformat validates each
+        if isinstance(cells, list) and len(cells) > MAX_CELLS:
+            raise SubmissionError(f"{path.name} has {len(cells)} cells, over the limit of "
+                                  f"{MAX_CELLS} cells for a notebook")
+        notebook = nbformat.reads(text, as_version=4)
+    except SubmissionError:
+        raise
     except Exception as error:  # nbformat raises many types for broken files
         kind = "not JSON" if "JSON" in type(error).__name__ or "json" in str(error).lower() \
-            else type(error).__name__
+            else "not UTF-8" if isinstance(error, UnicodeDecodeError) else type(error).__name__
         raise SubmissionError(f"{path.name} is not a readable notebook ({kind})") from None
     if not isinstance(notebook.get("cells"), list) or \
             not all(isinstance(cell, dict) for cell in notebook["cells"]):
@@ -154,8 +157,8 @@ def build_program(submitted, instructor):
     return Program(cells=cells, answers=answers, grade_ids=grade_ids, written=written)
 
 
-def load_program(path, instructor_path):
-    return build_program(read_notebook(path), read_notebook(instructor_path))
+def load_program(path, folder, instructor_path):
+    return build_program(read_notebook(path, folder), read_notebook(instructor_path))
 
 
 def check_belongs(program, notebook, course):

@@ -1,7 +1,10 @@
 """End-to-end grading: every case below is a submission in one class folder, graded once with
 `grade-class` (the command instructors run); each test then reads its own results."""
 
+import csv
 import json
+import os
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -103,15 +106,60 @@ def build(submitted):
     masks = COURSE.assignment("masks")
     (folder / "scaled_attention.ipynb").write_bytes(
         COURSE.source_notebook(masks, masks.notebooks[0]).read_bytes())
+    build_hostile_folders(submitted)
+
+
+SCALED = COURSE.assignment("scaled_attention")
+SOLUTION = COURSE.source_notebook(SCALED, SCALED.notebooks[0])
+
+
+def build_hostile_folders(submitted):
+    """Submission folders as a hostile student (or an archive unpacked by hand) leaves them."""
+    def folder(student):
+        path = submitted / student / "scaled_attention"
+        path.mkdir(parents=True)
+        return path
+    (folder("link_to_solution") / "scaled_attention.ipynb").symlink_to(SOLUTION)
+    (folder("link_to_shadow") / "scaled_attention.ipynb").symlink_to("/etc/shadow")
+    (submitted / "link_folder").mkdir()
+    (submitted / "link_folder" / "scaled_attention").symlink_to(SOLUTION.parent, target_is_directory=True)
+    stamped = folder("link_timestamp")
+    (stamped / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
+    (stamped / "timestamp.txt").symlink_to("/etc/shadow")
+    os.mkfifo(folder("fifo_notebook") / "scaled_attention.ipynb")
+    with open(folder("one_gigabyte") / "scaled_attention.ipynb", "wb") as handle:
+        handle.truncate(2**30)  # sparse: a gigabyte on paper, nothing on this disk
+    many = folder("many_files")
+    (many / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
+    for index in range(100_000):
+        (many / f"junk{index}").touch()
+    def code(source):
+        return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+    empty = {"cells": [code("")] * 150_000, "metadata": {}, "nbformat": 4, "nbformat_minor": 4}
+    (folder("empty_cells") / "scaled_attention.ipynb").write_text(json.dumps(empty))
+    honest = json.loads(SOLUTION.read_text())
+    honest["cells"] += [code(f"x{index} = {index}") for index in range(3000)]
+    (folder("many_honest_cells") / "scaled_attention.ipynb").write_text(json.dumps(honest))
+    (folder("-rf") / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
+    (folder("new\nline") / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
+    (submitted / "misnamed" / "scaled_atention").mkdir(parents=True)
+    (submitted / "misnamed" / "scaled_atention" / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
+    (submitted / "notes.txt").write_text("a stray file")
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def class_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("grading")
     build(root / "submitted")
     process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
                          "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=1800)
     assert process.returncode == 0, process.stderr
+    return root, process
+
+
+@pytest.fixture(scope="module")
+def graded(class_run):
+    root, _ = class_run
 
     def result(case, assignment):
         return json.loads((root / "out" / "results" / case / assignment / "results.json").read_text())
@@ -206,6 +254,42 @@ def test_a_notebook_of_another_assignment_is_not_graded(graded):
     result = graded("wrong_notebook", "scaled_attention")
     assert result["score"] == 0
     assert "none of the answer cells" in result["output"] and "looks like masks" in result["output"]
+
+
+@pytest.mark.parametrize("case,reason", [
+    ("link_to_solution", "is a link to a place outside the submission"),
+    ("link_to_shadow", "is a link to a place outside the submission"),
+    ("link_folder", "scaled_attention/ is a link to another folder"),
+    ("link_timestamp", "timestamp.txt is a link to a place outside the submission"),
+    ("fifo_notebook", "is not a regular file"),
+    ("one_gigabyte", "1024 MB, over the 512 MB limit"),
+    ("empty_cells", "has 150000 cells, over the limit of 5000 cells"),
+])
+def test_a_hostile_submission_folder_is_refused_with_its_reason_and_never_read(class_run, graded, case, reason):
+    result = graded(case, "scaled_attention")
+    assert result["score"] == 0 and reason in result["output"], result["output"]
+    root, _ = class_run
+    rows = {(row["student"], row["assignment"]): row for row in csv.DictReader(open(root / "out" / "grades.csv"))}
+    assert reason in rows[(case, "scaled_attention")]["reason"]
+    shadow = Path("/etc/shadow").read_text(errors="replace") if os.access("/etc/shadow", os.R_OK) else ""
+    for output in (root / "out").rglob("*"):
+        if output.is_file() and shadow.strip():
+            assert shadow.strip().splitlines()[0] not in output.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("case", ["many_files", "many_honest_cells", "-rf"])
+def test_many_files_many_cells_and_odd_names_are_graded_as_usual(graded, case):
+    result = graded(case, "scaled_attention")
+    assert result["score"] == result["max_score"], result["output"]
+
+
+def test_what_is_no_submission_is_listed_at_the_end_and_its_student_gets_a_row(class_run):
+    root, process = class_run
+    tail = process.stdout.split("Not graded:")[1]
+    assert "misnamed/scaled_atention: no such assignment in course.yml; did you mean scaled_attention?" in tail
+    assert "notes.txt: not a folder" in tail and "new\\nline: the folder name" in tail
+    rows = [row for row in csv.DictReader(open(root / "out" / "grades.csv")) if row["student"] == "misnamed"]
+    assert rows and all(row["final_score"] == "0" and "misnamed/scaled_atention" in row["reason"] for row in rows)
 
 
 def test_one_notebook_from_the_command_line(tmp_path):
