@@ -21,7 +21,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade report test check release sample-class bench merge student-kit gradescope \
-        student-grade clean-demo
+        push-collect push-post clean-demo
 
 setup: $(VENV)/.installed sandbox
 
@@ -74,18 +74,22 @@ bench: setup
 merge: setup
 	$(GRADER) merge $(SHARDS) --out $(OUT) --db $(DB)
 
-## What students receive: student-kit/ and student-kit.zip.
+## What students receive: student-kit/ and student-kit.zip, the assignments released so far
+## (course.yml's schedule; AT=2026-10-06T00:00:00Z shows the kit of that day).
 student-kit: setup
-	$(GRADER) student-kit --out student-kit
+	$(GRADER) student-kit --out student-kit $(if $(AT),--at $(AT))
 
 ## Gradescope's autograder.zip for one assignment: make gradescope ASSIGNMENT=masks
 gradescope: setup
 	$(GRADER) gradescope-zip --assignment $(ASSIGNMENT) --out autograder.zip
 
-## What a student's workflow runs: grade STUDENT_REPO, results under RESULTS.
-student-grade: setup
-	$(GRADER) grade-repo --repo $(STUDENT_REPO) --results $(RESULTS) \
-	  $(if $(GITHUB_STEP_SUMMARY),--summary $(GITHUB_STEP_SUMMARY))
+## Grading on push (.github/workflows/grade-push.yml): fetch the class's repositories that moved
+## into SUBMITTED, then, after make grade, answer each new commit. Needs COURSE_GITHUB_TOKEN.
+push-collect: setup
+	$(GRADER) collect-push --submitted $(SUBMITTED) $(if $(SHARD),--shard $(SHARD))
+
+push-post: setup
+	$(GRADER) post-push --submitted $(SUBMITTED) --out $(OUT)
 
 ## Remove what the sample-class demo wrote (never the course's own grading/ or gradebook.db).
 clean-demo:

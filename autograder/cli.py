@@ -85,68 +85,12 @@ def _gradescope(args, course):
     return 0
 
 
-def _grade_repo(args, course):
-    """What a student's workflow calls: grade every assignment's notebook found in a repository."""
-    from autograder.grading import open_grader
-    from autograder.results import write_json
-
-    repo = Path(args.repo)
-    if not repo.is_dir():
-        raise CourseError(f"no repository at {repo}")
-    present = []
-    for assignment in course.assignments:
-        paths = {}
-        for notebook in assignment.notebooks:
-            for candidate in (repo / assignment.id / notebook.filename,
-                              repo / "exercises" / assignment.id / notebook.filename):
-                if candidate.is_file():
-                    paths[notebook.name] = candidate
-                    break
-        if paths:
-            present.append((assignment, paths))
-    if not present:
-        raise CourseError(f"no notebook of this course under {repo}/<assignment>/")
-
-    def body(grader):
-        return [grader.grade_submission(assignment, repo, notebooks=paths) for assignment, paths in present]
-    results = open_grader(course, body, assignments=[assignment.id for assignment, _ in present])
-    for result in results:
-        write_json(result, Path(args.results) / result.assignment / "results.json", course.visibility())
-    summary = student_summary(results)
-    if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as handle:
-            handle.write(summary)
-    print(summary)
-    total, possible = sum(r.score for r in results), sum(r.max_score for r in results)
-    if course.fail_under is not None and possible and 100 * total / possible < course.fail_under:
-        print(f"error: {100 * total / possible:.0f}% is under the course's {course.fail_under:g}%",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-def student_summary(results):
-    """Markdown for $GITHUB_STEP_SUMMARY: the score per assignment and exercise, and the feedback."""
-    lines = ["# Autograder", "", "| assignment | exercise | score |", "|---|---|---|"]
-    for result in results:
-        per_exercise = {}
-        for test in result.tests:
-            got, possible = per_exercise.get(test.exercise, (0.0, 0.0))
-            per_exercise[test.exercise] = (got + test.score, possible + test.max_score)
-        for exercise, (got, possible) in per_exercise.items():
-            lines.append(f"| {result.assignment} | {exercise} | {got:g} / {possible:g} |")
-        lines.append(f"| **{result.assignment}** | **total** | **{result.score:g} / {result.max_score:g}** |")
-    lines += ["", "This score is feedback; the grade of record comes from your instructor's run.", ""]
-    for result in results:
-        lines += ["<details><summary>" + f"Feedback: {result.assignment}" + "</summary>", "",
-                  result.feedback(), "", "</details>", ""]
-    return "\n".join(lines)
-
-
 def _student_kit(args, course):
+    from autograder.course import parse_due
     from autograder.kits import build_student_kit
-    archive = build_student_kit(course, Path(args.out))
-    print(f"Student kit: {args.out}/ and {archive}")
+    moment = parse_due(args.at, "--at", "the date") if args.at else None
+    archive, chosen = build_student_kit(course, Path(args.out), moment)
+    print(f"Student kit: {args.out}/ and {archive}, with {', '.join(a.id for a in chosen)}")
     return 0
 
 
@@ -154,6 +98,32 @@ def _gradescope_zip(args, course):
     from autograder.kits import build_gradescope
     archive = build_gradescope(course, course.assignment(args.assignment), Path(args.out))
     print(f"Gradescope autograder: {archive} (upload it as the assignment's autograder)")
+    return 0
+
+
+def _collect_push(args, course):
+    from autograder import push
+    organization = args.organization or course.github.get("organization")
+    prefix = args.prefix if args.prefix is not None else course.github.get("repository_prefix", "")
+    if not organization:
+        raise CourseError("no organization: set github.organization in course.yml or pass --organization")
+    try:
+        collected = push.collect(course, push.client(course, args.api), args.submitted, organization=organization,
+                                 prefix=prefix, shard=args.shard)
+    except push.ForgeError as error:
+        raise CourseError(str(error)) from None
+    print(f"{len(collected)} repositories collected into {args.submitted}/")
+    return 0
+
+
+def _post_push(args, course):
+    from autograder import push
+    from autograder.layout import Layout
+    try:
+        answered = push.post(course, push.client(course, args.api), args.submitted, Layout(args.out))
+    except push.ForgeError as error:
+        raise CourseError(str(error)) from None
+    print(f"{len(answered)} commits answered")
     return 0
 
 
@@ -319,14 +289,24 @@ def parser():
     scope.add_argument("--results", default="/autograder/results/results.json")
     scope.set_defaults(run=_gradescope)
 
-    repo = commands.add_parser("grade-repo", help="grade a student's repository (the workflow calls it)")
-    repo.add_argument("--repo", required=True)
-    repo.add_argument("--results", required=True, help="folder for <assignment>/results.json")
-    repo.add_argument("--summary", default=None, help="append the markdown summary here ($GITHUB_STEP_SUMMARY)")
-    repo.set_defaults(run=_grade_repo)
+    collect = commands.add_parser("collect-push", help="fetch the class's changed repositories into submitted/")
+    collect.add_argument("--submitted", default="submitted")
+    collect.add_argument("--organization", default=None, help="default: course.yml's github.organization")
+    collect.add_argument("--prefix", default=None, help="default: course.yml's github.repository_prefix")
+    collect.add_argument("--shard", type=_shard, default=None, metavar="K/N")
+    collect.add_argument("--api", default=None, help="the REST API's URL (default: $GITHUB_API_URL or GitHub's)")
+    collect.set_defaults(run=_collect_push)
+
+    answer = commands.add_parser("post-push", help="answer each collected commit: statuses and a feedback comment")
+    answer.add_argument("--submitted", default="submitted")
+    answer.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    answer.add_argument("--api", default=None, help="the REST API's URL (default: $GITHUB_API_URL or GitHub's)")
+    answer.set_defaults(run=_post_push)
 
     kit = commands.add_parser("student-kit", help="build what students receive")
     kit.add_argument("--out", default="student-kit")
+    kit.add_argument("--at", default=None, metavar="WHEN",
+                     help="the kit as it stands at this ISO 8601 date and time (default: now)")
     kit.set_defaults(run=_student_kit)
 
     zipped = commands.add_parser("gradescope-zip", help="build Gradescope's autograder.zip for one assignment")

@@ -73,6 +73,7 @@ class Assignment:
     notebooks: tuple
     limits: Limits
     due: datetime = None    # with a time zone; None: no due date
+    release: datetime = None  # when students get it (the student kit); None: see Course.released
 
     @property
     def exercises(self):
@@ -90,8 +91,9 @@ class Course:
     root: Path = ROOT
     limits: Limits = field(default_factory=Limits)
     late_policy: LatePolicy = field(default_factory=LatePolicy)
-    fail_under: float = None        # grade-repo fails the student's workflow under this percentage
+    github: dict = field(default_factory=dict)  # grading on push: organization, repository_prefix
     torch_index_url: str = ""       # Gradescope: an extra index with PyTorch's CPU-only wheels
+    released: tuple = None          # course.yml's explicit list of released assignments, if given
 
     def visibility(self):
         """exercise id -> when Gradescope shows its tests to students."""
@@ -111,14 +113,14 @@ class Course:
         return self.root / "exercises" / assignment.id / notebook.filename
 
 
-def parse_due(text, where):
+def parse_due(text, where, what="due"):
     """An ISO 8601 date and time with a time zone ('2026-12-01T23:59:00+01:00' or '...Z')."""
     try:
         due = datetime.fromisoformat(str(text))
     except ValueError:
-        raise CourseError(f"{where}: due {text!r} is not an ISO 8601 date and time") from None
+        raise CourseError(f"{where}: {what} {text!r} is not an ISO 8601 date and time") from None
     if due.tzinfo is None:
-        raise CourseError(f"{where}: due {text!r} needs a time zone (for example +00:00 or Z)")
+        raise CourseError(f"{where}: {what} {text!r} needs a time zone (for example +00:00 or Z)")
     return due
 
 
@@ -185,7 +187,8 @@ def load_course(path=None):
             id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
-            due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None))
+            due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None,
+            release=parse_due(raw_assignment["release"], where, "release") if raw_assignment.get("release") else None))
     ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
     if len(ids) != len(set(ids)):
         raise CourseError("exercise ids must be unique across the course")
@@ -195,7 +198,16 @@ def load_course(path=None):
         raise CourseError(f"late_policy: {error}") from None
     github = raw.get("github") or {}
     gradescope = raw.get("gradescope") or {}
-    fail_under = github.get("fail_under_percent")
-    return Course(name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
-                  limits=default_limits, late_policy=late_policy, fail_under=None if fail_under is None else float(fail_under),
+    released = raw.get("released")
+    if released is not None:
+        if not isinstance(released, list) or not all(isinstance(item, str) for item in released):
+            raise CourseError("released: must be a list of assignment ids")
+        unknown = sorted(set(released) - {assignment.id for assignment in assignments})
+        if unknown:
+            raise CourseError(f"released: unknown assignment(s) {unknown}")
+        released = tuple(released)
+    if not isinstance(github, dict) or set(github) - {"organization", "repository_prefix"}:
+        raise CourseError("github: takes organization and repository_prefix")
+    return Course(released=released, github={key: str(value) for key, value in github.items()}, name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
+                  limits=default_limits, late_policy=late_policy,
                   torch_index_url=str(gradescope.get("torch_index_url") or ""))

@@ -1,9 +1,10 @@
 """What leaves the course repository: the student kit and Gradescope's autograder.zip.
 
-    student-kit/          the released notebooks, a student README, requirements, and a workflow
-                          that grades on push with the hidden suites fetched at run time
-    autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the course
-                          (grader, suites, reference solutions of one assignment) under source/
+    student-kit/          the notebooks of the assignments released so far (course.yml's schedule),
+                          a student README, requirements, self_check.py and a workflow that runs
+                          it: no secret, nothing hidden (grading on push is the instructor's, push.py)
+    autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the grader
+                          and one assignment's hidden suites and reference solutions under source/
 
 Both are made from an explicit list of files, never by copying the repository and deleting: a
 file that is not named here does not leave.
@@ -15,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 from autograder.course import CourseError
+from autograder.schedule import kit_assignments, now
 
 KIT_FILES = Path(__file__).resolve().parent / "kit"
 
@@ -40,33 +42,34 @@ def student_requirements(course):
     return "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES)
 
 
-def build_student_kit(course, folder):
-    """Write the student kit to `folder` and a zip beside it; returns the zip's path."""
+def build_student_kit(course, folder, moment=None):
+    """Write the student kit as it stands at `moment` (default: now) to `folder` and a zip beside
+    it; returns (the zip's path, the assignments in it)."""
     folder = Path(folder)
+    chosen = kit_assignments(course, moment or now())  # refuses before anything is written
+    missing = [str(course.release_notebook(a, nb).relative_to(course.root)) for a in chosen for nb in a.notebooks
+               if not course.release_notebook(a, nb).is_file()]
+    if missing:
+        raise CourseError(f"{missing[0]} is not released yet: run `make release` first")
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    released = 0
-    for assignment in course.assignments:
+    for assignment in chosen:
         for notebook in assignment.notebooks:
-            source = course.release_notebook(assignment, notebook)
-            if source.is_file():
-                target = folder / assignment.id / notebook.filename
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                released += 1
-    if not released:
-        raise CourseError("no released notebook in exercises/: run `make release` first")
+            target = folder / assignment.id / notebook.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(course.release_notebook(assignment, notebook), target)
     pins = _pins(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     (folder / "README.md").write_text(readme.replace("{course}", course.name))
     (folder / "requirements.txt").write_text(student_requirements(course))
-    workflow = folder / ".github" / "workflows" / "autograde.yml"
+    shutil.copyfile(KIT_FILES / "self_check.py", folder / "self_check.py")
+    workflow = folder / ".github" / "workflows" / "self-check.yml"
     workflow.parent.mkdir(parents=True)
-    shutil.copyfile(KIT_FILES / "student-autograde.yml", workflow)
+    shutil.copyfile(KIT_FILES / "self-check.yml", workflow)
     archive = folder.with_suffix(".zip")
     _zip(folder, archive)
-    return archive
+    return archive, chosen
 
 
 def _zip(folder, archive, executable=()):
@@ -90,9 +93,11 @@ def gradescope_files(course, assignment):
              (root / "course.yml", "course.yml"),
              (root / "nbgrader_config.py", "nbgrader_config.py")]
     package = root / "autograder"
+    suites = package / "suites"
+    own = {exercise.suite for exercise in assignment.exercises}
     for path in sorted(package.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".ini", ".sh", ".yml", ".md", ""):
-            if KIT_FILES in path.parents:
+            if KIT_FILES in path.parents or (path.parent == suites and path.name.startswith("test_") and path not in own):
                 continue
             files.append((path, f"{path.relative_to(root)}"))
     for notebook in assignment.notebooks:

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -7,9 +8,10 @@ import pytest
 from tests.notebooks import ROOT
 
 
-def run_grader(*args, timeout=600):
+def run_grader(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ a refused release, formgrader's Autograde button, feedback and exports."""
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,8 +48,8 @@ def course(tmp_path_factory):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("nbgrader_config.py", "requirements.txt"):
         shutil.copy(ROOT / name, root / name)
-    text = (ROOT / "course.yml").read_text().replace(
-        "  - id: masks\n", f"  - id: masks\n    due: \"{DUE}\"\n").replace(
+    text = re.sub(r"(  - id: masks\n    release: .*\n)    due: .*\n", rf'\1    due: "{DUE}"\n',
+                  (ROOT / "course.yml").read_text()).replace(
         "limits:\n", "late_policy:\n  percent_per_day: 10\n  grace_minutes: 15\n  max_percent: 50\n\nlimits:\n", 1)
     (root / "course.yml").write_text(text)
     # release, then collect three students in nbgrader's layout
