@@ -15,6 +15,8 @@ import stat
 import zipfile
 from pathlib import Path
 
+import yaml
+
 from autograder.course import CourseError
 from autograder.schedule import kit_assignments, now
 
@@ -106,6 +108,15 @@ def gradescope_files(course, assignment):
     return files
 
 
+def one_assignment(course_yml, assignment):
+    """course.yml reduced to one assignment: the zip carries that one's suites and nothing else."""
+    raw = yaml.safe_load(course_yml)
+    raw["assignments"] = [item for item in raw["assignments"] if item.get("id") == assignment.id]
+    raw.pop("released", None)
+    return ("# course.yml of the course, reduced to the assignment this autograder grades\n"
+            + yaml.safe_dump(raw, sort_keys=False)).encode()
+
+
 def build_gradescope(course, assignment, archive):
     archive = Path(archive)
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -116,10 +127,13 @@ def build_gradescope(course, assignment, archive):
             data = source.read_bytes()
             if name == "run_autograder":
                 data = data.replace(b"{assignment}", assignment.id.encode())
+            if name == "course.yml":
+                data = one_assignment(data, assignment)
             info = zipfile.ZipInfo(name)
             mode = 0o755 if name in ("setup.sh", "run_autograder") else 0o644
             info.external_attr = (stat.S_IFREG | mode) << 16
             handle.writestr(info, data, zipfile.ZIP_DEFLATED)
         if course.torch_index_url:
             handle.writestr("torch-index.txt", course.torch_index_url + "\n")
+        handle.writestr("assignment.txt", assignment.id + "\n")
     return archive

@@ -1,5 +1,6 @@
 """What leaves the repository: workflows, the student kit, and Gradescope's autograder.zip."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,8 +15,7 @@ from autograder.kits import KIT_FILES
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
-WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [KIT_FILES / "student-autograde.yml"]
-STUDENT_SIDE = [KIT_FILES / "student-autograde.yml"]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [KIT_FILES / "self-check.yml"]
 
 
 def actionlint():
@@ -31,14 +31,9 @@ def test_workflow_passes_actionlint(workflow):
     assert process.returncode == 0, process.stdout + process.stderr
 
 
-@pytest.mark.parametrize("workflow", STUDENT_SIDE, ids=lambda path: path.name)
-def test_student_workflow_never_names_hidden_files(workflow):
-    text = workflow.read_text()
-    assert "autograder/suites" not in text and "solutions/" not in text
-    # The course is fetched outside the workspace and only results are uploaded.
-    assert "$RUNNER_TEMP/course" in text and "upload-artifact" in text
-    uploads = text.split("upload-artifact")[1]
-    assert "course" not in uploads
+def test_no_workflow_a_student_holds_names_a_secret_or_the_course():
+    text = (KIT_FILES / "self-check.yml").read_text()
+    assert "secrets." not in text and "autograder" not in text and "solutions" not in text
 
 
 def test_workflows_call_make_targets_that_exist():
@@ -54,12 +49,75 @@ def test_workflows_call_make_targets_that_exist():
 
 # -- the student kit ---------------------------------------------------------------------------
 
+AFTER_THE_TERM = "2026-12-01T00:00:00Z"
+
+
+def build_kit(folder, when, course_yml=None):
+    return run_grader(*(["--course", course_yml] if course_yml else []), "student-kit", "--out", folder, "--at", when)
+
+
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
     folder = tmp_path_factory.mktemp("kit") / "student-kit"
-    process = run_grader("student-kit", "--out", folder)
+    process = build_kit(folder, AFTER_THE_TERM)
     assert process.returncode == 0, process.stderr
     return folder
+
+
+def kit_assignments(folder):
+    return sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
+@pytest.mark.parametrize("when,expected", [
+    ("2026-09-22T00:00:00Z", ["attention_basics", "scaled_attention"]),           # scaled_attention released
+    ("2026-10-06T00:00:00Z", ["attention_basics", "masks", "scaled_attention"]),  # masks, past sdpa's due date
+])
+def test_the_kit_holds_only_what_is_released(tmp_path, when, expected):
+    process = build_kit(tmp_path / "kit", when)
+    assert process.returncode == 0, process.stderr
+    assert kit_assignments(tmp_path / "kit") == expected
+    with zipfile.ZipFile(tmp_path / "kit.zip") as archive:
+        assert sorted({name.split("/")[0] for name in archive.namelist() if "/" in name} - {".github"}) == expected
+
+
+def test_the_kit_refuses_a_notebook_that_carries_a_solution_not_yet_due(tmp_path):
+    """masks hands out a working scaled_dot_product_attention: released with it before sdpa is due,
+    the kit is refused, with one line, and nothing is written."""
+    course_yml = ROOT / "course.yml.test-released"
+    try:
+        course_yml.write_text((ROOT / "course.yml").read_text().replace(
+            "\nassignments:\n", "\nreleased: [attention_basics, scaled_attention, masks]\n\nassignments:\n", 1))
+        process = build_kit(tmp_path / "kit", "2026-09-22T00:00:00Z", course_yml)
+    finally:
+        course_yml.unlink()
+    assert process.returncode == 2 and len(process.stderr.strip().splitlines()) == 1
+    assert "exercises/masks/masks.ipynb carries the solution of sdpa (scaled_attention" in process.stderr
+    assert not (tmp_path / "kit").exists()
+
+
+def test_no_assignment_carries_a_solution_before_its_due_date():
+    from autograder.schedule import order_problems
+    assert order_problems(COURSE) == []
+    early = dataclasses.replace(COURSE, assignments=[
+        dataclasses.replace(a, release=COURSE.assignment("scaled_attention").release) if a.id == "masks" else a
+        for a in COURSE.assignments])
+    assert [line.split(" carries ")[1].split(" in cell")[0] for line in order_problems(early)] == \
+        ["sdpa of scaled_attention (due: 2026-10-05 08:00 UTC)"]
+
+
+def test_self_check_reports_each_visible_check(kit, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(kit, repo)
+    make_submission("attention_basics", solution_answers("attention_basics"), repo / "attention_basics")
+    process = subprocess.run([sys.executable, "self_check.py", "attention_basics"], cwd=repo,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    assert process.returncode == 0, process.stderr
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| attention_basics/attention_basics.ipynb | check_softmax | passes |" in summary
+    untouched = subprocess.run([sys.executable, "self_check.py", "attention_basics"], cwd=kit,
+                               capture_output=True, text=True, timeout=300)
+    assert "| check_softmax | fails: NotImplementedError" in untouched.stdout
 
 
 def test_student_kit_holds_no_hidden_suite_or_solution(kit):
@@ -90,24 +148,7 @@ def test_student_kit_has_notebooks_readme_requirements_and_workflow(kit):
     assert "torch==2.13.0" in (kit / "requirements.txt").read_text()
     readme = (kit / "README.md").read_text()
     assert "not your grade" in readme and "2.13.0" in readme
-    assert (kit / ".github" / "workflows" / "autograde.yml").is_file()
-
-
-def test_grade_repo_writes_a_summary_and_results_without_failing_on_wrong_answers(kit, tmp_path):
-    repo = tmp_path / "repo"
-    shutil.copytree(kit, repo)
-    make_submission("scaled_attention", {"sdpa": solution_answers("scaled_attention")["sdpa"].replace(
-        "/ math.sqrt(d_k)", "")}, repo / "scaled_attention")
-    for assignment in ("attention_basics", "masks", "multi_head", "heads_at_work", "kv_cache"):
-        shutil.rmtree(repo / assignment)
-    summary = tmp_path / "summary.md"
-    process = run_grader("grade-repo", "--repo", repo, "--results", tmp_path / "results", "--summary", summary)
-    assert process.returncode == 0, process.stderr
-    text = summary.read_text()
-    assert "| scaled_attention | sdpa |" in text and "/ 16 |" in text
-    assert "without the 1/sqrt(d_k) scaling" in text
-    result = json.loads((tmp_path / "results" / "scaled_attention" / "results.json").read_text())
-    assert 0 < result["score"] < result["max_score"]
+    assert (kit / ".github" / "workflows" / "self-check.yml").is_file() and (kit / "self_check.py").is_file()
 
 
 # -- Gradescope --------------------------------------------------------------------------------
@@ -128,6 +169,8 @@ def autograder_tree(tmp_path_factory):
         archive.extractall(root / "source")
     assert "setup.sh" in names and "run_autograder" in names
     assert not any(name.startswith(("solutions/masks", "exercises/masks")) for name in names)
+    suites = sorted(name.rsplit("/", 1)[1] for name in names if name.startswith("autograder/suites/test_"))
+    assert suites == ["test_sdpa.py"]  # its own hidden suite, no other
     for script in ("setup.sh", "run_autograder"):
         (root / "source" / script).chmod(0o755)
     # Shorter limits than the course's, so that the hanging submission costs seconds here.
@@ -138,16 +181,18 @@ def autograder_tree(tmp_path_factory):
     return root
 
 
-def run_autograder(tree, submission_files, time_limit=300):
+def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdout=None):
     submission = tree / "submission"
     shutil.rmtree(submission, ignore_errors=True)
     submission.mkdir()
     for name, data in submission_files.items():
         (submission / name).write_bytes(data)
     env = {**os.environ, "AUTOGRADER_ROOT": str(tree), "AUTOGRADER_PYTHON": sys.executable,
-           "AUTOGRADER_TIME_LIMIT": str(time_limit)}
+           "AUTOGRADER_TIME_LIMIT": str(time_limit), **(extra_env or {})}
     process = subprocess.run([str(tree / "run_autograder")], env=env, capture_output=True, text=True, timeout=600)
     assert process.returncode == 0, process.stderr
+    if stdout is not None:
+        stdout.append(process.stdout)
     result = json.loads((tree / "results" / "results.json").read_text())
     assert {"score", "output", "stdout_visibility", "tests"} <= set(result)
     for test in result["tests"]:
@@ -192,4 +237,52 @@ def test_gradescope_corrupt_and_missing_and_several_notebooks(autograder_tree, t
 def test_gradescope_always_writes_a_result_even_when_the_grader_is_stopped(autograder_tree, tmp_path):
     result = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(tmp_path, {"sdpa": HANGING})},
                             time_limit=2)
-    assert result["score"] == 0 and "stopped before it could write a result" in result["output"]
+    assert result["score"] == 0 and result["output"] == "The grader could not run; your instructor has been told."
+
+
+def test_gradescope_tells_the_student_no_more_than_that_the_grader_could_not_run(autograder_tree, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (bin_dir / "bwrap").chmod(0o755)
+    stdout = []
+    result = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(
+        tmp_path, solution_answers("scaled_attention"))}, extra_env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        stdout=stdout)
+    assert result["score"] == 0 and "the grader could not run; your instructor has been told" in result["output"]
+    assert "bwrap" not in json.dumps(result) and result["stdout_visibility"] == "hidden"
+    assert "No permissions to create new namespace" in stdout[0]
+
+
+def run_setup(tree, tmp_path, fakes):
+    """setup.sh as Gradescope runs it, in a scratch root: apt-get and the given tools are fakes on
+    PATH, and the image's venv is this machine's (so nothing is downloaded)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in {"apt-get": 'echo "apt-get $*" >> "$(dirname "$0")/apt.log"', **fakes}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / name).chmod(0o755)
+    root = tmp_path / "autograder"
+    root.mkdir()
+    (root / "venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    process = subprocess.run(["bash", str(tree / "source" / "setup.sh")], env=env, capture_output=True,
+                             text=True, timeout=600)
+    return process, (bin_dir / "apt.log").read_text()
+
+
+def test_gradescope_setup_uses_the_images_python_and_proves_the_sandbox(autograder_tree, tmp_path):
+    process, apt = run_setup(autograder_tree, tmp_path, {})
+    assert process.returncode == 0, process.stderr
+    assert "install -y -qq python3 python3-venv bubblewrap" in apt and "python3.11" not in apt
+    assert "the sandbox works here: solutions/scaled_attention/scaled_attention.ipynb gets 16 / 16" in process.stdout
+
+
+@pytest.mark.parametrize("fakes,reason", [
+    ({"bwrap": "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1"},
+     "the grader cannot run on this image: error: the sandbox cannot be built here (bwrap: setting up uid map"),
+    ({"python3": "echo Python 3.8.10; exit 1"}, "the grader needs Python 3.10 or newer"),
+])
+def test_gradescope_setup_fails_the_build_when_the_image_cannot_grade(autograder_tree, tmp_path, fakes, reason):
+    process, _ = run_setup(autograder_tree, tmp_path, fakes)
+    assert process.returncode != 0 and reason in process.stderr, process.stderr

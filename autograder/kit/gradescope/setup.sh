@@ -1,15 +1,43 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (in /autograder/source).
-# It installs exactly the course's pinned dependencies and bubblewrap, which sandboxes student code.
+# It installs the course's pinned dependencies with the image's own Python (3.10 or newer: Ubuntu
+# 22.04 ships 3.10, 24.04 ships 3.12) and bubblewrap, which sandboxes student code, and then grades
+# the reference solution in that sandbox: an image where the sandbox cannot start, or where the
+# solution does not get full marks, fails to build here, with the reason, instead of giving every
+# student a 0 later.
 set -euo pipefail
 cd "$(dirname "$0")"
+root="${AUTOGRADER_ROOT:-/autograder}"
 export DEBIAN_FRONTEND=noninteractive
+
+fail() { echo "setup.sh: $*" >&2; exit 1; }
+
 apt-get update -qq
-apt-get install -y -qq python3.11 python3.11-venv bubblewrap util-linux >/dev/null
-python3.11 -m venv /autograder/venv
-/autograder/venv/bin/python -m pip install --quiet --upgrade pip
+apt-get install -y -qq python3 python3-venv bubblewrap util-linux >/dev/null
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  fail "this image's python3 is $(python3 -V 2>&1); the grader needs Python 3.10 or newer (choose Ubuntu 22.04 or later)"
+
+if [ ! -x "$root/venv/bin/python" ]; then
+  python3 -m venv "$root/venv"
+  "$root/venv/bin/python" -m pip install --quiet --upgrade pip
+fi
 # torch-index.txt (written by `make gradescope` from course.yml's gradescope.torch_index_url) names
-# the index of PyTorch's CPU-only wheels; without it pip takes the default build of torch==2.13.0.
+# the index of PyTorch's CPU-only wheels; without it pip takes the default build of torch.
 index=()
 if [ -s torch-index.txt ]; then index=(--extra-index-url "$(cat torch-index.txt)"); fi
-/autograder/venv/bin/python -m pip install --quiet "${index[@]}" -r requirements.txt
+"$root/venv/bin/python" -m pip install --quiet "${index[@]}" -r requirements.txt
+
+# The build's own test: the reference solution, graded in the sandbox as a submission would be.
+assignment="$(cat assignment.txt)"
+for solution in solutions/"$assignment"/*.ipynb; do
+  if ! report="$("$root/venv/bin/python" -m autograder grade --assignment "$assignment" "$solution" 2>&1)"; then
+    fail "the grader cannot run on this image: $(echo "$report" | tail -n 1)"
+  fi
+  score="$(echo "$report" | tail -n 1)"
+  case "$score" in
+    "error:"*|*"not graded"*|*"could not"*) fail "the grader cannot run on this image: $score" ;;
+  esac
+  read -r got _ possible _ <<<"$score"
+  [ "$got" = "$possible" ] || fail "the reference solution $solution gets $score in this image, not full marks"
+  echo "setup.sh: the sandbox works here: $solution gets $score"
+done
