@@ -186,7 +186,10 @@ def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdou
     shutil.rmtree(submission, ignore_errors=True)
     submission.mkdir()
     for name, data in submission_files.items():
-        (submission / name).write_bytes(data)
+        if isinstance(data, Path):
+            (submission / name).symlink_to(data)
+        else:
+            (submission / name).write_bytes(data)
     env = {**os.environ, "AUTOGRADER_ROOT": str(tree), "AUTOGRADER_PYTHON": sys.executable,
            "AUTOGRADER_TIME_LIMIT": str(time_limit), **(extra_env or {})}
     process = subprocess.run([str(tree / "run_autograder")], env=env, capture_output=True, text=True, timeout=600)
@@ -232,6 +235,16 @@ def test_gradescope_corrupt_and_missing_and_several_notebooks(autograder_tree, t
     good = notebook_bytes(tmp_path, solution_answers("scaled_attention"))
     several = run_autograder(autograder_tree, {"a.ipynb": good, "b.ipynb": good})
     assert several["score"] == 0 and "2 notebooks were submitted" in several["output"]
+
+
+def test_gradescope_refuses_links_out_of_the_upload_and_huge_uploads(autograder_tree, tmp_path):
+    solution = autograder_tree / "source" / "solutions" / "scaled_attention" / "scaled_attention.ipynb"
+    linked = run_autograder(autograder_tree, {"scaled_attention.ipynb": solution})
+    assert linked["score"] == 0 and "is a link to a place outside the submission" in linked["output"]
+    many = {f"junk{index}.txt": b"" for index in range(2100)}
+    huge = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(
+        tmp_path, solution_answers("scaled_attention")), **many})
+    assert huge["score"] == 0 and "more than 2000 files" in huge["output"]
 
 
 def test_gradescope_always_writes_a_result_even_when_the_grader_is_stopped(autograder_tree, tmp_path):

@@ -27,18 +27,20 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 # A notebook that looks for everything a student would want from the instructor's run, and puts
 # what it finds into the feedback (an exception's message is shown to the student).
 SNOOP = '''
+import os, time
+found, started = [os.environ.get(name, "") for name in os.environ], time.monotonic()
+for folder, _, files in os.walk("/"):
+    if time.monotonic() - started > 2:
+        break
+    for name in files:
+        if name.endswith((".ipynb", ".yml", ".py")) or name == "config":
+            try:
+                found.append(open(os.path.join(folder, name), errors="replace").read(10000))
+            except (OSError, ValueError):
+                pass
+
+
 def scaled_dot_product_attention(q, k, v, mask=None):
-    import os, time
-    found, started = [os.environ.get(name, "") for name in os.environ], time.monotonic()
-    for folder, _, files in os.walk("/"):
-        if time.monotonic() - started > 2:
-            break
-        for name in files:
-            if name.endswith((".ipynb", ".yml", ".py")) or name == "config":
-                try:
-                    found.append(open(os.path.join(folder, name)).read(10000))
-                except OSError:
-                    pass
     raise RuntimeError(" ".join(found)[-5000:] or "nothing found")
 '''
 
@@ -146,10 +148,15 @@ def github(tmp_path_factory):
     server.shutdown()
 
 
-def student_repository(root, name, answers):
-    """A student's repository as the student kit starts it, with scaled_attention answered."""
+def student_repository(root, name, answers, link_to=None):
+    """A student's repository as the student kit starts it, with scaled_attention answered (or its
+    notebook a link to `link_to`)."""
     path = root / "repos" / f"{PREFIX}{name}"
     make_submission("scaled_attention", answers, path / "scaled_attention")
+    if link_to:
+        notebook = path / "scaled_attention" / "scaled_attention.ipynb"
+        notebook.unlink()
+        notebook.symlink_to(link_to)
     (path / ".github" / "workflows").mkdir(parents=True)
     (path / ".github" / "workflows" / "self-check.yml").write_bytes((KIT_FILES / "self-check.yml").read_bytes())
     git("init", "-q", "-b", "main", cwd=path)
@@ -181,7 +188,8 @@ def term(github, tmp_path_factory):
     answers = solution_answers("scaled_attention")
     repos = {"ada": student_repository(root, "ada", answers),
              "bob": student_repository(root, "bob", {"sdpa": SDPA_UNSCALED}),
-             "mallory": student_repository(root, "mallory", {"sdpa": SNOOP})}
+             "mallory": student_repository(root, "mallory", {"sdpa": SNOOP}),
+             "eve": student_repository(root, "eve", {}, link_to="/etc/shadow")}
     first = one_run(root, github)
     posted_first = (list(FakeGitHub.statuses), list(FakeGitHub.comments))
     second = one_run(root, github)  # nothing moved
@@ -195,13 +203,15 @@ def term(github, tmp_path_factory):
 
 def test_each_pushed_commit_is_answered_with_its_scores_and_feedback(term):
     root, repos, first, _, _, (statuses, comments) = term
-    assert "3 repositories collected" in first[0] and "3 commits answered" in first[2]
+    assert "4 repositories collected" in first[0] and "4 commits answered" in first[2]
     by_repo = {repo: payload for repo, _, payload in statuses}
     assert by_repo[f"{PREFIX}ada"]["context"] == "grade/scaled_attention"
     assert by_repo[f"{PREFIX}ada"]["description"] == "16 / 16 points"
     assert by_repo[f"{PREFIX}bob"]["state"] == "success" and "/ 16 points" in by_repo[f"{PREFIX}bob"]["description"]
     bob_comment = next(body for repo, _, body in comments if repo == f"{PREFIX}bob")
     assert "without the 1/sqrt(d_k) scaling" in bob_comment
+    # a notebook committed as a link is fetched as the link's text: never followed
+    assert by_repo[f"{PREFIX}eve"]["state"] == "error" and "not a readable notebook" in by_repo[f"{PREFIX}eve"]["description"]
     assert FakeGitHub.problems == []
 
 
