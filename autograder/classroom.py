@@ -289,9 +289,17 @@ def wide_rows(course, results):
     return rows, ["student", *[a.id for a in assignments], "total", "max_total", "percent"]
 
 
-def publish(course, layout):
-    """grades.csv and grades_wide.csv for every graded submission in `layout`."""
+def publish(course, layout, db_url=None):
+    """grades.csv and grades_wide.csv for every graded submission in `layout`, with the manual
+    scores and late penalties of nbgrader's gradebook when given; the feedback of a submission
+    graded by hand says so."""
     results = layout.graded()
+    if db_url:
+        from autograder.gradebook import apply_manual_grading
+        apply_manual_grading(db_url, results)
+        for result in results:
+            if result.manual:
+                layout.save_feedback(result)
     write_csv(results, layout.grades_csv)
     rows, fields = wide_rows(course, results)
     buffer = io.StringIO()
@@ -307,18 +315,18 @@ def changes(before, results):
     lines = []
     for result in results:
         key = (result.student, result.assignment)
-        if key in before and before[key] != result.score:
-            lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.score:g}")
+        if key in before and before[key] != result.final_score:
+            lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.final_score:g}")
     return lines
 
 
-def previous_scores(layout, tasks):
-    scores = {}
-    for task in tasks:
-        record = layout.read_record(task.student, task.assignment)
-        if record is not None:
-            scores[(task.student, task.assignment)] = from_record(record).score
-    return scores
+def previous_scores(layout):
+    """(student, assignment) -> final score, as the last grades.csv gave them."""
+    try:
+        with open(layout.grades_csv, newline="") as handle:
+            return {(row["student"], row["assignment"]): float(row["final_score"]) for row in csv.DictReader(handle)}
+    except (OSError, KeyError, ValueError):
+        return {}
 
 
 def default_jobs():

@@ -157,7 +157,7 @@ def _grade_class(args, course):
         raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
                           + (" for the given --student/--assignment/--shard" if
                              args.student or args.assignment or args.shard else ""))
-    before = classroom.previous_scores(layout, pending)
+    before = classroom.previous_scores(layout)
     up_to_date = len(tasks) - len(pending)
     jobs = args.jobs or classroom.default_jobs()
     print(f"{len(pending)} to grade with {classroom.effective_jobs(jobs, pending)} job(s)"
@@ -187,12 +187,12 @@ def _grade_class(args, course):
     finally:
         update.close()
         recorder.close()
-        results = classroom.publish(course, layout)
+        results = classroom.publish(course, layout, args.db)
     graded = [r for r in results if (r.student, r.assignment) in {(t.student, t.assignment) for t in tasks}]
     if args.table:
         print()
         print(classroom.summary_table(graded))
-    changed = classroom.changes(before, graded)
+    changed = classroom.changes(before, results)
     print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if before else "")
     flagged = [result for result in graded if result.flags]
     if flagged:
@@ -223,7 +223,7 @@ def _merge(args, course):
         for tree in (shard.results, shard.feedback_root):
             if tree.is_dir():
                 shutil.copytree(tree, layout.out / tree.name, dirs_exist_ok=True)
-    results = classroom.publish(course, layout)
+    results = layout.graded()
     gradebook.prepare(args.db, course, {result.assignment for result in results})
     recorder = gradebook.Recorder(args.db, course, args.autograded)
     try:
@@ -232,6 +232,7 @@ def _merge(args, course):
             recorder.record(result, folder or "/nonexistent")
     finally:
         recorder.close()
+    results = classroom.publish(course, layout, args.db)
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {layout.grades_csv}")
     return 0
 

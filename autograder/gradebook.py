@@ -153,3 +153,26 @@ def record(gradebook, course, result, folder, autograded_root, policy):
         submitted.late_submission_penalty = (policy.late_submission_penalty(result.student, submitted.score, late)
                                              if late > 0 else None)
     gradebook.db.commit()
+
+
+def apply_manual_grading(db_url, results):
+    """Give each result what nbgrader's gradebook holds beyond the automatic points: the manual
+    scores set in formgrader and the late penalty, so that grades.csv, the wide export, the
+    feedback, `nbgrader export` and formgrader give one final score."""
+    wanted = {(result.student, result.assignment): result for result in results}
+    with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
+        warnings.simplefilter("ignore", SAWarning)
+        for assignment in sorted({key[1] for key in wanted}):
+            try:
+                submissions = gradebook.find_assignment(assignment).submissions
+            except MissingEntry:
+                continue
+            for submission in submissions:
+                result = wanted.get((submission.student.id, assignment))
+                if result is None:
+                    continue
+                result.manual = sum(grade.manual_score - (grade.auto_score or 0.0) for notebook in submission.notebooks
+                                    for grade in notebook.grades if grade.manual_score is not None)
+                result.late_penalty = submission.late_submission_penalty or 0.0
+    return results
+

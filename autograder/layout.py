@@ -41,11 +41,15 @@ class Layout:
 
     def save(self, result, **extra):
         """Write one graded submission; the record goes last, so it marks a complete write."""
+        self.save_feedback(result)
+        write_atomic(self.record_path(result.student, result.assignment),
+                     json.dumps(to_record(result, **extra), indent=1))
+
+    def save_feedback(self, result):
+        """Everything made from a result for the student: results.json and the feedback pages."""
         write_json(result, self.results_json(result.student, result.assignment), self.visibility)
         write_atomic(self.feedback(result.student, result.assignment), result.feedback())
         write_atomic(self.feedback_html(result.student, result.assignment), result.feedback_html())
-        write_atomic(self.record_path(result.student, result.assignment),
-                     json.dumps(to_record(result, **extra), indent=1))
 
     def read_record(self, student, assignment):
         """The stored record of a submission as a dict, or None."""

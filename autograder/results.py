@@ -10,8 +10,8 @@ from pathlib import Path
 
 from autograder.pictures import Picture, png_base64
 
-CSV_FIELDS = ["student", "assignment", "score", "max_score", "late_penalty", "final_score", "seconds_late",
-              "status", "reason", "flags"]
+CSV_FIELDS = ["student", "assignment", "score", "max_score", "manual", "late_penalty", "final_score",
+              "seconds_late", "status", "reason", "flags"]
 
 
 class Scored:
@@ -89,10 +89,23 @@ class SubmissionResult(Scored):
     submitted_at: str = ""         # ISO 8601, from nbgrader's timestamp.txt
     seconds_late: float = 0.0      # after the due date
     late_penalty: float = 0.0      # points taken away by the late policy
+    manual: float = 0.0            # points changed by hand in formgrader (nbgrader's manual scores)
 
     @property
     def final_score(self):
-        return max(0.0, self.score - self.late_penalty)
+        """The one number every output gives: automatic points, manual changes, late penalty."""
+        return max(0.0, self.score + self.manual - self.late_penalty)
+
+    def summary(self):
+        """The sentences under the score in every rendering of the feedback."""
+        lines = []
+        if self.manual:
+            lines.append(f"Your instructor's grading by hand changes the score by {self.manual:+g} points, "
+                         f"to {self.score + self.manual:g}.")
+        if self.late_penalty:
+            lines.append(f"Handed in {self.seconds_late / 3600:.1f} hours after the due date: the late policy "
+                         f"takes {self.late_penalty:g} points, so the final score is {self.final_score:g}.")
+        return lines
 
     @property
     def tests(self):
@@ -131,7 +144,8 @@ class SubmissionResult(Scored):
 
     def csv_row(self):
         return {"student": self.student, "assignment": self.assignment, "score": f"{self.score:g}",
-                "max_score": f"{self.max_score:g}", "late_penalty": f"{self.late_penalty:g}",
+                "max_score": f"{self.max_score:g}", "manual": f"{self.manual:g}",
+                "late_penalty": f"{self.late_penalty:g}",
                 "final_score": f"{self.final_score:g}", "seconds_late": f"{self.seconds_late:.0f}",
                 "status": self.status, "reason": self.reason, "flags": self.flags}
 
@@ -139,9 +153,8 @@ class SubmissionResult(Scored):
         """Markdown for the student: what passed, what failed and why; no hidden code or values."""
         lines = [f"# Feedback: {self.assignment}", "",
                  f"**Score: {self.score:g} / {self.max_score:g}**", ""]
-        if self.late_penalty:
-            lines += [f"Handed in {self.seconds_late / 3600:.1f} hours after the due date: the late policy "
-                      f"takes {self.late_penalty:g} points, so the final score is {self.final_score:g}.", ""]
+        for sentence in self.summary():
+            lines += [sentence, ""]
         for notebook in self.notebooks:
             lines += [f"## {notebook.notebook}.ipynb ({notebook.score:g} / {notebook.max_score:g})", ""]
             if notebook.reason:
@@ -164,9 +177,7 @@ class SubmissionResult(Scored):
         esc = html.escape
         parts = [f"<h1>Feedback: {esc(self.assignment)}</h1>",
                  f"<p><strong>Score: {self.score:g} / {self.max_score:g}</strong></p>"]
-        if self.late_penalty:
-            parts.append(f"<p>Handed in {self.seconds_late / 3600:.1f} hours after the due date: the late policy "
-                         f"takes {self.late_penalty:g} points, so the final score is {self.final_score:g}.</p>")
+        parts += [f"<p>{esc(sentence)}</p>" for sentence in self.summary()]
         for notebook in self.notebooks:
             parts.append(f"<h2>{esc(notebook.notebook)}.ipynb ({notebook.score:g} / {notebook.max_score:g})</h2>")
             if notebook.reason:

@@ -150,7 +150,8 @@ def test_wide_export_has_one_row_per_student_with_penalties_applied(course):
     assert set(rows) == {"ada", "bob", "cid"}
     assert float(rows["bob"]["masks"]) == pytest.approx(final["bob"])
     assert final["bob"] < float(rows["ada"]["masks"])
-    assert float(rows["ada"]["percent"]) == 100.0
+    assert float(rows["ada"]["masks"]) == pytest.approx(final["ada"])  # her manual score included
+    assert float(rows["cid"]["percent"]) == 100.0
 
 
 def test_release_refuses_to_change_a_notebook_with_submissions(course):
@@ -197,3 +198,27 @@ def test_nbgrader_export_carries_scores_and_late_penalty(course):
         rows = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert float(rows["bob"]["late_submission_penalty"]) > 0
     assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - 7 + 3.5  # the manual score
+
+
+def test_every_output_gives_the_same_final_score_after_manual_grading(course):
+    """After the manual score of ada (7 -> 3.5) and bob's late penalty: grades.csv, the wide export,
+    the feedback, results.json, nbgrader export and formgrader agree for every student."""
+    run(course, "nbgrader", "export", "--to", str(course / "export-final.csv"))
+    with open(course / "export-final.csv") as handle:
+        export = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}  # net of penalty
+    listed = {entry["student"]: entry["score"] for entry in
+              json.loads(run(course, "-c", FORMGRADER, module=False).stdout.strip().splitlines()[-1])}
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    with open(course / "grading" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    with open(course / "grading" / "grades_wide.csv") as handle:
+        wide = {row["student"]: float(row["masks"]) for row in csv.DictReader(handle)}
+    for student in ("ada", "bob", "cid"):
+        final = float(rows[student]["final_score"])
+        _, penalty = scores(db, student)
+        results = json.loads((course / "grading" / "results" / student / "masks" / "results.json").read_text())
+        assert export[student] == pytest.approx(final) and wide[student] == pytest.approx(final)
+        assert listed[student] - (penalty or 0) == pytest.approx(final) and results["score"] == pytest.approx(final)
+    assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) == float(rows["ada"]["max_score"]) - 3.5
+    feedback = (course / "grading" / "feedback" / "ada" / "masks" / "feedback.md").read_text()
+    assert "changes the score by -3.5 points" in feedback
