@@ -23,7 +23,7 @@ from nbgrader.preprocessors import ClearOutput, SaveCells
 from sqlalchemy.exc import SAWarning
 
 from autograder.course import CourseError
-from autograder.intake import SubmissionError, exists, read_file
+from autograder.intake import SubmissionError, read_file
 from autograder.nbgrader_hooks import CourseLatePolicy, annotate
 from autograder.submission import read_notebook
 
@@ -76,12 +76,15 @@ def prepare(db_url, course, assignment_ids, only_new=False):
                                       f"{str(error).splitlines()[0]}") from None
 
 
-def _autograded_notebook(path, folder, release):
-    """The submitted notebook without its outputs; the released one if it cannot be read (or is a
-    link out of its submission folder, which is never read)."""
+def _autograded_notebook(path, folder, release, graded):
+    """The submitted notebook without its outputs; the released one when it was not graded (missing,
+    unreadable, a link out of its folder, another assignment's notebook), so that the gradebook
+    gets exactly the assignment's cells, each with the reason."""
     try:
+        if not graded:
+            raise SubmissionError("not graded")
         nb = read_notebook(path, folder)
-    except Exception as error:  # a corrupt or missing notebook: formgrader shows the release
+    except Exception as error:  # formgrader shows the release, with the reason in each exercise's cell
         log.info("autograded copy of %s made from the release: %s", path, str(error).splitlines()[:1])
         nb = nbformat.read(release, as_version=4)
     nb, _ = ClearOutput().preprocess(nb, {})
@@ -117,15 +120,16 @@ def record(gradebook, course, result, folder, autograded_root, policy):
     manual score is left as it is), and the late penalty is nbgrader's plugin's.
     """
     assignment = course.assignment(result.assignment)
-    if not any(exists(Path(folder, notebook.filename)) for notebook in assignment.notebooks):
-        return  # nothing was handed in: like nbgrader, no submission (export counts it as 0)
+    if not Path(folder).is_dir() or Path(folder).is_symlink():
+        return  # no folder at all: like nbgrader, no submission (export counts it as 0)
     target = Path(autograded_root) / result.student / result.assignment
     target.mkdir(parents=True, exist_ok=True)
     annotated = {}
     for notebook_result in result.notebooks:
         notebook = next(nb for nb in assignment.notebooks if nb.name == notebook_result.notebook)
         nb = annotate(_autograded_notebook(Path(folder) / notebook.filename, folder,
-                                           course.release_notebook(assignment, notebook)), notebook_result)
+                                           course.release_notebook(assignment, notebook),
+                                           graded=not notebook_result.reason), notebook_result)
         nbformat.write(nb, target / notebook.filename)
         annotated[notebook.name] = nb
     # Like nbgrader autograde: the submission's other files (timestamp.txt, the exchange's

@@ -17,6 +17,8 @@ from nbgrader.api import Gradebook
 from tests.notebooks import ROOT, make_submission, solution_answers
 
 DUE = "2026-11-01T23:59:00+00:00"
+ODD = ("s_wrongnb", "s_empty", "s_corrupt")
+CLASS = sorted(["ada", "bob", "cid", *ODD])
 ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
 
 
@@ -62,6 +64,16 @@ def course(tmp_path_factory):
         make_submission("masks", chosen, folder)
         (folder / "timestamp.txt").write_text(stamp)
         (folder / "submission_secret.txt").write_text(f"secret-of-{student}")  # as nbgrader collect leaves it
+    # Three odd hand-ins: another assignment's notebook, an empty folder, a notebook that is no JSON.
+    for student in ODD:
+        folder = root / "submitted" / student / "masks"
+        folder.mkdir(parents=True)
+        (folder / "timestamp.txt").write_text(ON_TIME)
+        (folder / "submission_secret.txt").write_text(f"secret-of-{student}")
+    make_submission("scaled_attention", solution_answers("scaled_attention"), root / "submitted" / "s_wrongnb" / "masks")
+    (root / "submitted" / "s_wrongnb" / "masks" / "scaled_attention.ipynb").rename(
+        root / "submitted" / "s_wrongnb" / "masks" / "masks.ipynb")
+    (root / "submitted" / "s_corrupt" / "masks" / "masks.ipynb").write_text('{"cells": [')
     grader(root, "grade-class", "--submitted", root / "submitted", "--out", root / "grading",
            "--db", f"sqlite:///{root / 'gradebook.db'}")
     return root
@@ -117,9 +129,9 @@ def test_formgrader_lists_every_submission_autograded_with_the_csv_scores(course
     listed = json.loads(run(course, "-c", FORMGRADER, module=False).stdout.strip().splitlines()[-1])
     with open(course / "grading" / "grades.csv") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
-    assert sorted(entry["student"] for entry in listed) == ["ada", "bob", "cid"]
+    assert sorted(entry["student"] for entry in listed) == CLASS
     for entry in listed:
-        assert entry["autograded"] is True
+        assert entry["autograded"] is True and entry["needs_manual_grade"] is False
         assert entry["score"] == pytest.approx(float(rows[entry["student"]]["score"]))
         assert entry["max_score"] == float(rows[entry["student"]]["max_score"])
 
@@ -136,10 +148,10 @@ def test_manual_score_survives_a_regrade_of_one_student(course):
     per_cell, _ = scores(db, "ada")
     assert per_cell["check_padding_mask"] == (7.0, 3.5)
     with open(course / "grading" / "grades.csv") as handle:
-        assert sorted(row["student"] for row in csv.DictReader(handle)) == ["ada", "bob", "cid"]
+        assert sorted(row["student"] for row in csv.DictReader(handle)) == CLASS
     again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
                    "--db", db)
-    assert "0 to grade" in again.stdout and "3 unchanged" in again.stdout
+    assert "0 to grade" in again.stdout and f"{len(CLASS)} unchanged" in again.stdout
 
 
 def test_wide_export_has_one_row_per_student_with_penalties_applied(course):
@@ -147,7 +159,7 @@ def test_wide_export_has_one_row_per_student_with_penalties_applied(course):
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     with open(course / "grading" / "grades.csv") as handle:
         final = {row["student"]: float(row["final_score"]) for row in csv.DictReader(handle)}
-    assert set(rows) == {"ada", "bob", "cid"}
+    assert set(rows) == set(CLASS)
     assert float(rows["bob"]["masks"]) == pytest.approx(final["bob"])
     assert final["bob"] < float(rows["ada"]["masks"])
     assert float(rows["ada"]["masks"]) == pytest.approx(final["ada"])  # her manual score included
@@ -165,7 +177,7 @@ def test_release_refuses_to_change_a_notebook_with_submissions(course):
     finally:
         solution.write_text(original)
     assert process.returncode == 2
-    assert "already has 3 submission(s)" in process.stderr and len(process.stderr.strip().splitlines()) == 1
+    assert f"already has {len(CLASS)} submission(s)" in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert released.read_bytes() == before
 
 
@@ -179,8 +191,26 @@ def test_formgraders_autograde_button_gives_the_same_scores(course):
     assert "Hidden tests of causal_mask" in text
 
 
+def test_odd_hand_ins_are_complete_gradebook_entries_with_their_reason(course):
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    with open(course / "grading" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    reasons = {"s_wrongnb": "it looks like scaled_attention", "s_empty": "masks.ipynb was not submitted",
+               "s_corrupt": "not a readable notebook"}
+    for student, reason in reasons.items():
+        per_cell, _ = scores(db, student)
+        assert set(per_cell) == {"check_causal_mask", "check_padding_mask", "check_fix_causal_attention"}
+        assert all(auto == 0 for auto, _ in per_cell.values()) and rows[student]["final_score"] == "0"
+        assert reason in rows[student]["reason"]
+        autograded = (course / "autograded" / student / "masks" / "masks.ipynb").read_text()
+        assert reason in autograded  # formgrader shows the reason in each exercise's cell
+
+
 def test_generate_and_release_feedback_carry_the_graders_feedback_only(course):
-    run(course, "nbgrader", "generate_feedback", "masks")
+    process = run(course, "nbgrader", "generate_feedback", "masks")
+    assert process.returncode == 0
+    for student in CLASS:
+        assert (course / "feedback" / student / "masks" / "masks.html").is_file(), student
     html = (course / "feedback" / "bob" / "masks" / "masks.html").read_text()
     assert "Hidden tests of causal_mask" in html and "upper triangle" in html
     suites = [line.strip() for path in (course / "autograder" / "suites").glob("*.py")
