@@ -21,7 +21,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade report test check release sample-class bench merge student-kit gradescope \
-        push-collect push-post clean-demo
+        push-collect push-post lms clean-demo
 
 setup: $(VENV)/.installed sandbox
 
@@ -52,6 +52,11 @@ report: setup
 ## The course's own test suite (what CI runs).
 test: setup
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
+
+## Final scores as Canvas's and Moodle's grade imports (canvas.csv, moodle.csv beside grades.csv).
+lms: setup
+	@test -n "$(ROSTER)" || { echo "usage: make lms ROSTER=roster.csv [SUBMITTED=submitted]"; exit 2; }
+	$(GRADER) export-lms --out $(OUT) --roster $(ROSTER) --db $(DB)
 
 ## solutions/ -> exercises/ with nbgrader generate_assignment (ASSIGNMENT=id for one).
 release: setup

@@ -237,6 +237,20 @@ def _merge(args, course):
     return 0
 
 
+def _export_lms(args, course):
+    from autograder import classroom, lms
+    from autograder.layout import Layout
+    layout = Layout(args.out)
+    if not layout.results.is_dir():
+        raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
+    results = classroom.publish(course, layout, args.db if Path(args.db[len("sqlite:///"):]).exists() else None)
+    paths, unknown = lms.write_exports(course, layout, classroom.wide_rows(course, results), args.roster)
+    print("LMS imports: " + "  ".join(map(str, paths)))
+    if unknown:
+        print(f"Graded but not in {args.roster} (kept in the files; the LMS will report them): {', '.join(unknown)}")
+    return 0
+
+
 def _report(args, course):
     from autograder.report import write_report
     folder = write_report(args.out)
@@ -314,6 +328,12 @@ def parser():
     zipped.add_argument("--assignment", required=True)
     zipped.add_argument("--out", default="autograder.zip")
     zipped.set_defaults(run=_gradescope_zip)
+
+    export = commands.add_parser("export-lms", help="final scores as Canvas's and Moodle's grade imports")
+    export.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    export.add_argument("--roster", required=True, help="CSV: student, name, email, sis_user_id, sis_login_id, section")
+    export.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    export.set_defaults(run=_export_lms)
 
     report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
     report.add_argument("--out", default="grading", help="the folder grade-class wrote")

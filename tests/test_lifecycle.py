@@ -252,3 +252,29 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
     assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) == float(rows["ada"]["max_score"]) - 3.5
     feedback = (course / "grading" / "feedback" / "ada" / "masks" / "feedback.md").read_text()
     assert "changes the score by -3.5 points" in feedback
+
+
+def test_lms_imports_carry_the_final_scores_for_the_roster_and_everyone_graded(course, tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,name,email,sis_user_id,sis_login_id,section\n"
+                      'ada,"Lovelace, Ada",ada@example.org,1001,alovelace,A\n'
+                      'bob,"Babbage, Bob",bob@example.org,1002,bbabbage,B\n'
+                      'dan,"Dahl, Dan",dan@example.org,1003,ddahl,B\n')
+    process = grader(course, "export-lms", "--out", course / "grading", "--roster", roster,
+                     "--db", f"sqlite:///{course / 'gradebook.db'}")
+    assert "Graded but not in" in process.stdout and "cid" in process.stdout
+    with open(course / "grading" / "grades.csv") as handle:
+        final = {row["student"]: row["final_score"] for row in csv.DictReader(handle)}
+    with open(course / "grading" / "canvas.csv") as handle:
+        canvas = list(csv.reader(handle))
+    assert canvas[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+    column = canvas[0].index("Masks")  # the assignment's title in course.yml
+    assert canvas[1][0] == "Points Possible" and canvas[1][column] == "22"
+    rows = {row[3]: row for row in canvas[2:]}
+    assert rows["alovelace"][:5] == ["Lovelace, Ada", "", "1001", "alovelace", "A"]
+    assert rows["alovelace"][column] == final["ada"] and rows["bbabbage"][column] == final["bob"]
+    assert rows["ddahl"][column] == "0" and rows["cid"][column] == final["cid"]  # enrolled, none; graded, unknown
+    with open(course / "grading" / "moodle.csv") as handle:
+        moodle = {row["Username"]: row for row in csv.DictReader(handle)}
+    assert moodle["alovelace"]["ID number"] == "1001" and moodle["alovelace"]["Email address"] == "ada@example.org"
+    assert moodle["alovelace"]["Masks"] == final["ada"] and moodle["ddahl"]["Masks"] == "0"
