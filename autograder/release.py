@@ -4,14 +4,17 @@ student versions, and put them in exercises/ without ever losing anything.
 nbgrader's generate_assignment runs in a scratch copy of the course (with a scratch gradebook),
 so it can neither delete exercises/ (its --force does) nor refuse half-way.  A released notebook
 is then replaced only when its cells changed; and when students have already submitted an
-assignment whose notebook would change, nothing is written and the user is told why.
+assignment, a change to its code cells or nbgrader cells writes nothing and says why; a change to
+markdown or comments only (a typo fix) is released, saying what changed.
 """
 
+import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -49,6 +52,31 @@ def comparable(path):
     """What makes two releases the same notebook for a student: the cells, not the file's bytes."""
     nb = nbformat.read(path, as_version=4)
     return [(cell.cell_type, cell.source, cell.get("metadata", {}).get("nbgrader")) for cell in nb.cells]
+
+
+def _without_comments(source):
+    """A code cell's tokens without comments and blank lines (its source when it does not tokenize)."""
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        return [(token.type, token.string) for token in tokens
+                if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+
+
+def graded_part(path):
+    """What grading reads of a released notebook: its code cells without comments, and every
+    cell's nbgrader metadata.  A change outside it (markdown, comments) is safe after submissions."""
+    nb = nbformat.read(path, as_version=4)
+    return [(cell.cell_type, _without_comments(cell.source) if cell.cell_type == "code" else None,
+             {key: value for key, value in (cell.get("metadata", {}).get("nbgrader") or {}).items()
+              if key != "checksum"})  # nbgrader's checksum follows the text, comments included
+            for cell in nb.cells]
+
+
+def describe(new, current):
+    changed = sum(a != b for a, b in zip(comparable(new), comparable(current)))
+    return f"{changed} cell(s) changed in markdown or comments only"
 
 
 GENERATE = """
@@ -108,16 +136,23 @@ def release(course, assignment_ids=None, db_url=None):
                 new, current = exercises / assignment.id / notebook.filename, course.release_notebook(assignment, notebook)
                 if not current.exists() or comparable(new) != comparable(current):
                     changes[assignment.id].append((new, current))
-        # Refuse before writing anything: students' submissions were made against the current notebook.
+        # Refuse before writing anything: students' submissions were made against the current notebook,
+        # and may only be graded against one whose code and cells are the same (a typo fix is fine).
+        notes = {}
         if db_url.startswith("sqlite:///") and Path(db_url[len("sqlite:///"):]).exists():
             for assignment_id, changed in changes.items():
                 count = submissions_in_gradebook(db_url, assignment_id) if changed else 0
-                if count:
-                    names = ", ".join(current.name for _, current in changed)
+                unsafe = [current.name for new, current in changed if not current.exists() or
+                          graded_part(new) != graded_part(current)]
+                if count and unsafe:
                     raise CourseError(
-                        f"{assignment_id} already has {count} submission(s) in the gradebook and its released "
-                        f"notebook would change ({names}); nothing was written. Release the change as a new "
+                        f"{assignment_id} already has {count} submission(s) in the gradebook and the code or "
+                        f"cells of its released notebook would change ({', '.join(unsafe)}); nothing was written. "
+                        "Only markdown and comments may change after submissions: release the change as a new "
                         "assignment, or remove those submissions first")
+                if count:
+                    notes[assignment_id] = "; ".join(f"{current.name}: {describe(new, current)}"
+                                                     for new, current in changed)
         for assignment_id, changed in changes.items():
             for new, current in changed:
                 current.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +160,8 @@ def release(course, assignment_ids=None, db_url=None):
                 shutil.copyfile(new, temporary)
                 os.replace(temporary, current)
             print(f"{assignment_id}: " + (f"released {', '.join(c.name for _, c in changed)}" if changed
-                                          else "unchanged"))
+                                          else "unchanged")
+                  + (f" ({notes[assignment_id]}; safe for the submissions already in)" if assignment_id in notes else ""))
     # The assignments' structure in the gradebook, as nbgrader's generate_assignment leaves it, so
     # formgrader lists them from now on.
     from autograder import gradebook

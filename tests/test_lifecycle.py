@@ -166,19 +166,33 @@ def test_wide_export_has_one_row_per_student_with_penalties_applied(course):
     assert float(rows["cid"]["percent"]) == 100.0
 
 
-def test_release_refuses_to_change_a_notebook_with_submissions(course):
+def release_with(course, change):
     solution = course / "solutions" / "masks" / "masks.ipynb"
-    released = course / "exercises" / "masks" / "masks.ipynb"
-    before = released.read_bytes()
     original = solution.read_text()
-    solution.write_text(original.replace("Masks", "Masks (revised)", 1))
+    solution.write_text(change(original))
     try:
-        process = grader(course, "release", "--assignment", "masks", check=False)
+        return grader(course, "release", "--assignment", "masks", check=False)
     finally:
         solution.write_text(original)
+
+
+def test_release_refuses_to_change_the_code_of_a_notebook_with_submissions(course):
+    released = course / "exercises" / "masks" / "masks.ipynb"
+    before = released.read_bytes()
+    process = release_with(course, lambda text: text.replace('"import torch', '"import math\\nimport torch', 1))
     assert process.returncode == 2
     assert f"already has {len(CLASS)} submission(s)" in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert released.read_bytes() == before
+
+
+def test_release_takes_a_typo_fix_after_submissions_and_says_what_changed(course):
+    released = course / "exercises" / "masks" / "masks.ipynb"
+    process = release_with(course, lambda text: text.replace("Masks: deciding who may look at whom",
+                                                             "Masks: deciding who may look at whom (revised)", 1)
+                           .replace('"import torch', '"import torch  # tensors', 1))
+    assert process.returncode == 0, process.stderr
+    assert "masks: released masks.ipynb (masks.ipynb: 2 cell(s) changed in markdown or comments only" in process.stdout
+    assert "(revised)" in released.read_text()
 
 
 def test_formgraders_autograde_button_gives_the_same_scores(course):
