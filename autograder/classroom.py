@@ -364,7 +364,10 @@ def progress(total, stream=None):
         return update
 
     def line(task, result):
-        print(f"graded {task.key}: {result.score:g} / {result.max_score:g}"
-              + (f"  ({result.reason})" if result.reason else ""), flush=True)
+        if result.missing:
+            print(f"missing {task.key}: {result.reason}", flush=True)
+        else:
+            print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
+                  + (f"  ({result.reason})" if result.reason else ""), flush=True)
     line.close = lambda: None
     return line

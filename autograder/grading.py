@@ -22,7 +22,7 @@ from autograder import intake, lateness, rules
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
-from autograder.results import SubmissionResult, grader_failed, not_graded
+from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.scoring import late_penalty, score_notebook
 from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
@@ -46,7 +46,7 @@ class Grader:
         for notebook in assignment.notebooks:
             path = (notebooks or {}).get(notebook.name) or Path(folder) / notebook.filename
             if not intake.exists(path):
-                result.notebooks.append(not_graded(notebook, f"{notebook.filename} was not submitted"))
+                result.notebooks.append(not_graded(notebook, f"{notebook.filename} was {NOT_SUBMITTED}"))
                 continue
             result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder))
         result.submitted_at = handed_in.isoformat() if handed_in else ""

@@ -57,14 +57,21 @@ def plot_scores(by_assignment, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     assignments = list(by_assignment)
-    fig, axes = plt.subplots(1, len(assignments), figsize=(3.2 * len(assignments), 3), squeeze=False)
-    for ax, assignment in zip(axes[0], assignments):
+    columns = min(3, len(assignments))
+    rows = -(-len(assignments) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(assignments):]:
+        ax.set_visible(False)
+    for ax, assignment in zip(axes.flat, assignments):
         percents = [100 * r["score"] / r["max_score"] for _, r in by_assignment[assignment] if r["max_score"]]
         ax.hist(percents, bins=10, range=(0, 100), color="tab:blue", edgecolor="white")
-        ax.set_title(f"{assignment} (n={len(percents)})", fontsize=9)
+        ax.set_title(f"{assignment} (n={len(percents)})", fontsize=10)
         ax.set_xlabel("score (% of max)")
-    axes[0][0].set_ylabel("submissions")
+        ax.set_ylabel("submissions")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts are whole submissions
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -95,9 +102,12 @@ def markdown(by_assignment, rows, flagged=()):
     return "\n".join(lines)
 
 
-def write_report(out, folder=None):
+def write_report(out, folder=None, order=()):
+    """report.md, item_analysis.csv and scores.png; assignments in `order` (the course's) first."""
     grades = grade_rows(out)
-    by_assignment = graded_results(out, grades)
+    rank = {assignment: index for index, assignment in enumerate(order)}
+    by_assignment = dict(sorted(graded_results(out, grades).items(), key=lambda item: (rank.get(item[0], len(rank)),
+                                                                                     item[0])))
     if not by_assignment:
         raise CourseError(f"no graded submissions in {out}")
     folder = Path(folder or Path(out) / "report")

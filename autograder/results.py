@@ -58,6 +58,21 @@ class NotebookResult(Scored):
         return grouped
 
 
+def grouped(tests):
+    """[(tests, output, picture)]: the tests in order, those in a row that failed with the same
+    words and no picture together, so that the feedback says a thing once."""
+    groups = []
+    for test in tests:
+        failed = test.score < test.max_score
+        output, picture = (test.output, test.picture) if failed else ("", None)
+        last = groups[-1] if groups else None
+        if last and failed and output and picture is None and last[2] is None and last[1] == output:
+            last[0].append(test)
+        else:
+            groups.append(([test], output, picture))
+    return groups
+
+
 def zero_results(exercises, output):
     return [TestResult(ex.id, test, 0.0, points, output)
             for ex in exercises for test, points in ex.points.items()]
@@ -68,6 +83,8 @@ def not_graded(notebook, reason):
     return NotebookResult(notebook.name, zero_results(notebook.exercises, f"Not graded: {reason}."),
                           reason=reason)
 
+
+NOT_SUBMITTED = "not submitted"   # in the reason of every notebook of a submission that is missing
 
 # What a student reads when grading failed for a reason only the instructor can act on; the
 # reason itself goes to the instructor (the result's flags, grades.csv, grader.log).
@@ -120,8 +137,13 @@ class SubmissionResult(Scored):
         return "; ".join(flag for nb in self.notebooks for flag in nb.flags)
 
     @property
+    def missing(self):
+        """Nothing was handed in (as opposed to something that could not be graded)."""
+        return bool(self.notebooks) and all(NOT_SUBMITTED in nb.reason for nb in self.notebooks)
+
+    @property
     def status(self):
-        return "not graded" if self.reason else "graded"
+        return "not submitted" if self.missing else "not graded" if self.reason else "graded"
 
     def gradescope(self, visibility=None):
         """The shape Gradescope reads from results.json; visibility: exercise id -> when its
@@ -164,11 +186,12 @@ class SubmissionResult(Scored):
                 lines += [f"### {exercise} ({sum(t.score for t in tests):g} / {sum(t.max_score for t in tests):g})", ""]
                 if exercise in notebook.notes:
                     lines += ["```", *notebook.notes[exercise].splitlines(), "```", ""]
-                for test in tests:
-                    mark = "passed" if test.score == test.max_score else "failed"
-                    lines.append(f"- **{test.test}** ({test.score:g}/{test.max_score:g}) {mark}")
-                    if test.output and test.score < test.max_score:
-                        lines += ["", "  ```", *[f"  {line}" for line in test.output.splitlines()], "  ```"]
+                for group, output, _ in grouped(tests):
+                    mark = "passed" if group[0].score >= group[0].max_score else "failed"
+                    lines.append("- " + ", ".join(f"**{t.test}** ({t.score:g}/{t.max_score:g})" for t in group)
+                                 + f" {mark}")
+                    if output:
+                        lines += ["", "  ```", *[f"  {line}" for line in output.splitlines()], "  ```"]
                 lines.append("")
         return "\n".join(lines)
 
@@ -189,13 +212,14 @@ class SubmissionResult(Scored):
                 if exercise in notebook.notes:
                     parts.append(f"<pre class='note'>{esc(notebook.notes[exercise])}</pre>")
                 parts.append("<ul>")
-                for test in tests:
-                    passed = test.score >= test.max_score
-                    parts.append(f"<li class='{'passed' if passed else 'failed'}'><strong>{esc(test.test)}</strong> "
-                                 f"({test.score:g}/{test.max_score:g}) {'passed' if passed else 'failed'}")
-                    if test.output and not passed:
-                        parts.append(f"<pre>{esc(test.output)}</pre>")
-                    picture = Picture.from_dict(test.picture) if not passed else None
+                for group, output, picture in grouped(tests):
+                    passed = group[0].score >= group[0].max_score
+                    parts.append(f"<li class='{'passed' if passed else 'failed'}'>"
+                                 + ", ".join(f"<strong>{esc(t.test)}</strong> ({t.score:g}/{t.max_score:g})" for t in group)
+                                 + f" {'passed' if passed else 'failed'}")
+                    if output:
+                        parts.append(f"<pre>{esc(output)}</pre>")
+                    picture = Picture.from_dict(picture) if picture else None
                     if picture is not None:
                         parts.append(f"<img alt='{esc(picture.title)}' src='data:image/png;base64,"
                                      f"{png_base64(picture)}'>")
