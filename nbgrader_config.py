@@ -11,7 +11,7 @@ c.CourseDirectory.release_directory = "exercises"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 # nbgrader export writes here, not to a second grades.csv beside grading/grades.csv (the numbers
 # agree: both are final scores, manual grading and late penalty included).
-c.CsvExportPlugin.to = "nbgrader_export.csv"
+c.ExportPlugin.to = "nbgrader_export.csv"
 
 # `nbgrader autograde` (and formgrader's Autograde button) grades with the hidden suites in the
 # sandbox instead of running the visible checks in a kernel, and applies course.yml's late policy.
