@@ -185,16 +185,6 @@ def test_release_refuses_to_change_the_code_of_a_notebook_with_submissions(cours
     assert released.read_bytes() == before
 
 
-def test_release_takes_a_typo_fix_after_submissions_and_says_what_changed(course):
-    released = course / "exercises" / "masks" / "masks.ipynb"
-    process = release_with(course, lambda text: text.replace("Masks: deciding who may look at whom",
-                                                             "Masks: deciding who may look at whom (revised)", 1)
-                           .replace('"import torch', '"import torch  # tensors', 1))
-    assert process.returncode == 0, process.stderr
-    assert "masks: released masks.ipynb (masks.ipynb: 2 cell(s) changed in markdown or comments only" in process.stdout
-    assert "(revised)" in released.read_text()
-
-
 def test_formgraders_autograde_button_gives_the_same_scores(course):
     db = f"sqlite:///{course / 'gradebook.db'}"
     before, penalty_before = scores(db, "bob")
@@ -254,7 +244,7 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
                               .replace("torch.tril(", "torch.triu(")}, course / "submitted" / "ada" / "masks")
     process = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
                      "--db", db)
-    assert "ada/masks: 18.5 -> " in process.stdout  # the final scores that changed
+    assert "1 to grade" in process.stdout and "ada/masks: 18.5 -> " in process.stdout  # final scores
     run(course, "nbgrader", "export", "--to", str(course / "export-final.csv"))
     with open(course / "export-final.csv") as handle:
         export = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}  # net of penalty
@@ -299,3 +289,14 @@ def test_lms_imports_carry_the_final_scores_for_the_roster_and_everyone_graded(c
         moodle = {row["Username"]: row for row in csv.DictReader(handle)}
     assert moodle["alovelace"]["ID number"] == "1001" and moodle["alovelace"]["Email address"] == "ada@example.org"
     assert moodle["alovelace"]["Masks"] == final["ada"] and moodle["ddahl"]["Masks"] == "0"
+
+
+def test_release_takes_a_typo_fix_after_submissions_and_says_what_changed(course):
+    # Last in the term: the release changes, so every submission would be graded again after it.
+    released = course / "exercises" / "masks" / "masks.ipynb"
+    process = release_with(course, lambda text: text.replace("Masks: deciding who may look at whom",
+                                                             "Masks: deciding who may look at whom (revised)", 1)
+                           .replace('"import torch', '"import torch  # tensors', 1))
+    assert process.returncode == 0, process.stderr
+    assert "masks: released masks.ipynb (masks.ipynb: 2 cell(s) changed in markdown or comments only" in process.stdout
+    assert "(revised)" in released.read_text()
