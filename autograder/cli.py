@@ -253,8 +253,9 @@ def _export_lms(args, course):
 
 def _report(args, course):
     from autograder.report import write_report
-    folder = write_report(args.out, order=[assignment.id for assignment in course.assignments])
-    print(f"Report: {folder / 'report.md'}  {folder / 'scores.png'}  {folder / 'item_analysis.csv'}")
+    folder = write_report(args.out, order=[assignment.id for assignment in course.assignments], course=course)
+    print(f"Report: {folder / 'report.md'}  {folder / 'scores.png'}  {folder / 'item_analysis.csv'}  "
+          f"{folder / 'integrity.html'}  {folder / 'integrity.csv'}")
     return 0
 
 

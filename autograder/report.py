@@ -102,8 +102,9 @@ def markdown(by_assignment, rows, flagged=()):
     return "\n".join(lines)
 
 
-def write_report(out, folder=None, order=()):
-    """report.md, item_analysis.csv and scores.png; assignments in `order` (the course's) first."""
+def write_report(out, folder=None, order=(), course=None):
+    """report.md, item_analysis.csv and scores.png; assignments in `order` (the course's) first;
+    with the course, also the integrity report (integrity.py) and its sections in report.md."""
     grades = grade_rows(out)
     rank = {assignment: index for index, assignment in enumerate(order)}
     by_assignment = dict(sorted(graded_results(out, grades).items(), key=lambda item: (rank.get(item[0], len(rank)),
@@ -119,5 +120,11 @@ def write_report(out, folder=None, order=()):
         writer.writerows(rows)
     plot_scores(by_assignment, folder / "scores.png")
     flagged = [row for row in grades if row.get("flags")]
-    (folder / "report.md").write_text(markdown(by_assignment, rows, flagged))
+    text = markdown(by_assignment, rows, flagged)
+    if course is not None:
+        from autograder.integrity import write_integrity
+        from autograder.layout import Layout
+        *_, lines = write_integrity(course, Layout(out), folder)
+        text += "\n" + "\n".join(lines)
+    (folder / "report.md").write_text(text)
     return folder

@@ -12,6 +12,7 @@ bench-results.json (or --json).
 """
 
 import argparse
+from collections import defaultdict
 import json
 import os
 import shutil
@@ -128,6 +129,31 @@ def floor_seconds(out):
     return total
 
 
+def integrity_seconds(students=300):
+    """The similarity search of the integrity report on a synthetic class: every catalogue answer
+    (mistakes, variants) handed in by students/len(answers) students each, names renamed per student."""
+    import random
+    import re
+    from autograder.integrity import similar_pairs, stubs
+    from tests.catalogue import MISTAKES, VARIANTS
+
+    rng = random.Random(0)
+    pool = defaultdict(list)
+    for entry in [*MISTAKES, *VARIANTS]:
+        pool[entry.exercise].append(entry.code)
+    answers = {}
+    for exercise, codes in pool.items():
+        answers[exercise] = {}
+        for index in range(students):
+            code = rng.choice(codes)
+            for name in set(re.findall(r"\b(scores|weights|mask|out|x|q|k|v)\b", code)):
+                code = re.sub(rf"\b{name}\b", f"{name}_{index % 7}", code)
+            answers[exercise][f"s{index:03d}"] = code
+    started = time.perf_counter()
+    pairs = similar_pairs(answers, stubs(COURSE))
+    return time.perf_counter() - started, len(answers), len(pairs)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=34)
@@ -170,6 +196,9 @@ def main(argv=None):
           f"   ({args.jobs} jobs, sandbox {figures['sandbox']})")
     print(f"{'floor (hidden checks)':24}{figures['floor_seconds_per_notebook']:>14.3f}")
     print(f"\nratio: {figures['ratio']}x faster than nbgrader autograde")
+    seconds, exercises, pairs = integrity_seconds()
+    figures["integrity_300_students_seconds"] = round(seconds, 1)
+    print(f"integrity report: 300 students x {exercises} exercises compared in {seconds:.1f} s ({pairs} pairs flagged)")
     Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     print(f"figures: {args.json}")
     if not args.keep:

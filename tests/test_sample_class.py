@@ -149,6 +149,14 @@ def test_report_gives_pass_rates_and_flags_tests(graded):
     assert int(sdpa_scaling["passed"]) == 1  # only ada's attention matches torch's
     text = (report / "report.md").read_text()
     assert "Nobody passed" in text and "Everybody passed" in text
+    # the integrity report: the class's named mistakes, the tampering flags, the similar pairs
+    assert "| 1 of 11 | attention without the 1/sqrt(d_k) scaling |" in text
+    assert "ivy_hostile / scaled_attention: scaled_attention.ipynb: cell sdpa" in text
+    page = (report / "integrity.html").read_text()
+    assert "<mark>" in page and "The class's mistakes" in page
+    with open(report / "integrity.csv") as handle:
+        pairs = list(csv.DictReader(handle))
+    assert pairs and all(float(pair["score"]) >= 0.6 for pair in pairs)
 
 
 def test_report_without_grading_is_a_one_line_error(tmp_path):
