@@ -262,7 +262,7 @@ PAGE = """<!DOCTYPE html>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem; }}
 .pair {{ display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }}
-pre {{ background: #f6f6f6; padding: .5rem; white-space: pre-wrap; font-size: .85rem; }}
+pre {{ background: #f6f6f6; padding: .5rem; white-space: pre-wrap; font-size: .85rem; line-height: 1.45; }}
 mark {{ background: #ffd54f; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3rem; vertical-align: top; }}
 </style></head>
