@@ -138,7 +138,7 @@ def build_hostile_folders(submitted):
     empty = {"cells": [code("")] * 150_000, "metadata": {}, "nbformat": 4, "nbformat_minor": 4}
     (folder("empty_cells") / "scaled_attention.ipynb").write_text(json.dumps(empty))
     honest = json.loads(SOLUTION.read_text())
-    honest["cells"] += [code(f"x{index} = {index}") for index in range(3000)]
+    honest["cells"] += [code(f"x{index} = {index}") for index in range(1000)]
     (folder("many_honest_cells") / "scaled_attention.ipynb").write_text(json.dumps(honest))
     (folder("-rf") / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
     (folder("new\nline") / "scaled_attention.ipynb").write_bytes(SOLUTION.read_bytes())
@@ -290,19 +290,6 @@ def test_what_is_no_submission_is_listed_at_the_end_and_its_student_gets_a_row(c
     assert "notes.txt: not a folder" in tail and "new\\nline: the folder name" in tail
     rows = [row for row in csv.DictReader(open(root / "out" / "grades.csv")) if row["student"] == "misnamed"]
     assert rows and all(row["final_score"] == "0" and "misnamed/scaled_atention" in row["reason"] for row in rows)
-
-
-def test_one_notebook_from_the_command_line(tmp_path):
-    """What Gradescope runs: any file name, a results.json with Gradescope's fields."""
-    source = COURSE.assignment("scaled_attention")
-    path = tmp_path / "my submission.ipynb"
-    path.write_bytes(COURSE.source_notebook(source, source.notebooks[0]).read_bytes())
-    process = run_grader("grade", "--assignment", "scaled_attention", path, "--json", tmp_path / "r.json")
-    assert process.returncode == 0, process.stderr
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert result["score"] == result["max_score"] == source.max_score
-    assert {"execution_time", "output", "stdout_visibility"} <= set(result)
-    assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(result["tests"][0])
 
 
 @pytest.mark.parametrize("args,message", [

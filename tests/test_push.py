@@ -192,17 +192,16 @@ def term(github, tmp_path_factory):
              "eve": student_repository(root, "eve", {}, link_to="/etc/shadow")}
     first = one_run(root, github)
     posted_first = (list(FakeGitHub.statuses), list(FakeGitHub.comments))
-    second = one_run(root, github)  # nothing moved
-    # bob fixes his answer and pushes after the due date
+    # nobody else moves; bob fixes his answer and pushes after the due date
     make_submission("scaled_attention", answers, repos["bob"] / "scaled_attention")
     fixed = git("commit", "-q", "-am", "fix the scaling", cwd=repos["bob"])
     FakeGitHub.pushed[fixed] = "2026-10-06T12:00:00Z"
-    third = one_run(root, github)
-    return root, repos, first, second, third, posted_first
+    second = one_run(root, github)
+    return root, repos, first, second, posted_first
 
 
 def test_each_pushed_commit_is_answered_with_its_scores_and_feedback(term):
-    root, repos, first, _, _, (statuses, comments) = term
+    root, repos, first, _, (statuses, comments) = term
     assert "4 repositories collected" in first[0] and "4 commits answered" in first[2]
     by_repo = {repo: payload for repo, _, payload in statuses}
     assert by_repo[f"{PREFIX}ada"]["context"] == "grade/scaled_attention"
@@ -215,15 +214,14 @@ def test_each_pushed_commit_is_answered_with_its_scores_and_feedback(term):
     assert FakeGitHub.problems == []
 
 
-def test_a_commit_already_graded_is_neither_fetched_graded_nor_answered_again(term):
-    _, _, _, second, _, _ = term
-    assert "0 repositories collected" in second[0]
-    assert "0 to grade" in second[1] and "0 commits answered" in second[2]
+def test_only_the_repository_that_moved_is_fetched_graded_and_answered_again(term):
+    _, _, _, second, _ = term
+    assert "1 repositories collected" in second[0] and "collected bob" in second[0]
+    assert "1 to grade" in second[1] and "3 unchanged" in second[1] and "1 commits answered" in second[2]
 
 
-def test_a_late_push_is_late_by_githubs_clock_and_only_that_student_is_graded(term):
-    root, repos, _, _, third, _ = term
-    assert "1 repositories collected" in third[0] and "1 to grade" in third[1]
+def test_a_late_push_is_late_by_githubs_clock(term):
+    root, *_ = term
     bob = [payload for repo, _, payload in FakeGitHub.statuses if repo == f"{PREFIX}bob"][-1]
     assert bob["description"].startswith("16 / 16 points") or "taken for lateness" in bob["description"]
     record = json.loads((root / "grading" / "results" / "bob" / "scaled_attention" / "grade.json").read_text())
@@ -232,7 +230,7 @@ def test_a_late_push_is_late_by_githubs_clock_and_only_that_student_is_graded(te
 
 
 def test_a_hostile_notebook_gets_nothing_of_the_course_or_the_token(term):
-    root, _, _, _, _, (statuses, comments) = term
+    root, _, _, _, (statuses, comments) = term
     hidden = [line for assignment in COURSE.assignments for notebook in assignment.notebooks
               for line in solution_lines(COURSE.source_notebook(assignment, notebook))
               if len(line) > 30 and not line.startswith(("#", '"""'))]
