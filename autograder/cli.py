@@ -60,7 +60,6 @@ def choose_notebooks(assignment, folder):
 def _gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
-    from autograder.grading import open_grader
     from autograder.results import GRADER_FAILED, SubmissionResult, not_graded, write_json
 
     assignment = course.assignment(args.assignment)
@@ -78,6 +77,7 @@ def _gradescope(args, course):
     if reason:
         result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
     else:
+        from autograder.grading import open_grader  # torch: only when there is something to grade
         result = open_grader(course, lambda grader: grader.grade_submission(
             assignment, args.submission, notebooks=chosen), assignments=[assignment.id])
     write_json(result, Path(args.results), course.visibility())

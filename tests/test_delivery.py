@@ -288,7 +288,7 @@ def test_gradescope_setup_uses_the_images_python_and_proves_the_sandbox(autograd
 
 @pytest.mark.parametrize("fakes,reason", [
     ({"bwrap": "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1"},
-     "the grader cannot run on this image: error: the sandbox cannot be built here (bwrap: setting up uid map"),
+     "the grader cannot run on this image: the sandbox (bubblewrap) cannot start: bwrap: setting up uid map"),
     ({"python3": "echo Python 3.8.10; exit 1"}, "the grader needs Python 3.10 or newer"),
 ])
 def test_gradescope_setup_fails_the_build_when_the_image_cannot_grade(autograder_tree, tmp_path, fakes, reason):

@@ -1,6 +1,7 @@
-"""A term of real use, end to end, on a temporary copy of the course: release, collect in
-nbgrader's layout with timestamp.txt, grade, a manual score in the gradebook, regrade one student,
-a refused release, formgrader's Autograde button, feedback and exports."""
+"""A term of real use, end to end, on a temporary copy of the course: collect in nbgrader's layout
+with timestamp.txt (odd hand-ins included), grade, a manual score in the gradebook, a resubmission
+and its regrade, formgrader's Autograde button, feedback, exports to nbgrader's CSV and the LMSs,
+a refused release and a typo fix released after submissions."""
 
 import csv
 import json
@@ -55,7 +56,6 @@ def course(tmp_path_factory):
         "limits:\n", "late_policy:\n  percent_per_day: 10\n  grace_minutes: 15\n  max_percent: 50\n\nlimits:\n", 1)
     (root / "course.yml").write_text(text)
     # release, then collect three students in nbgrader's layout
-    assert "masks: unchanged" in grader(root, "release", "--assignment", "masks").stdout
     answers = solution_answers("masks")
     broken = {**answers, "causal_mask": answers["causal_mask"].replace(".tril()", ".triu()")
               .replace("torch.tril(", "torch.triu(")}
@@ -136,22 +136,22 @@ def test_formgrader_lists_every_submission_autograded_with_the_csv_scores(course
         assert entry["max_score"] == float(rows[entry["student"]]["max_score"])
 
 
-def test_manual_score_survives_a_regrade_of_one_student(course):
+def test_a_manual_score_is_in_the_final_scores_from_the_next_run_on(course):
+    """A score changed by hand in formgrader; the next make grade grades nothing again (nothing
+    was handed in) and reports the final score that changed."""
     db = f"sqlite:///{course / 'gradebook.db'}"
     with Gradebook(db) as gradebook:
         grade = gradebook.find_grade("check_padding_mask", "masks", "masks", "ada")
         grade.manual_score = 3.5
         gradebook.db.commit()
-    process = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
-                     "--db", db, "--student", "ada", "--force")
-    assert "1 to grade" in process.stdout
+    again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
+                   "--db", db)
+    assert "0 to grade" in again.stdout and f"{len(CLASS)} unchanged" in again.stdout
+    assert "ada/masks: 22 -> 18.5" in again.stdout
     per_cell, _ = scores(db, "ada")
     assert per_cell["check_padding_mask"] == (7.0, 3.5)
     with open(course / "grading" / "grades.csv") as handle:
         assert sorted(row["student"] for row in csv.DictReader(handle)) == CLASS
-    again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
-                   "--db", db)
-    assert "0 to grade" in again.stdout and f"{len(CLASS)} unchanged" in again.stdout
 
 
 def test_wide_export_has_one_row_per_student_with_penalties_applied(course):

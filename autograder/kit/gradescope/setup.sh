@@ -16,6 +16,10 @@ apt-get update -qq
 apt-get install -y -qq python3 python3-venv bubblewrap util-linux >/dev/null
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
   fail "this image's python3 is $(python3 -V 2>&1); the grader needs Python 3.10 or newer (choose Ubuntu 22.04 or later)"
+# The sandbox's first step, before minutes of installing: user namespaces must be allowed here.
+if ! reason="$(bwrap --unshare-all --ro-bind / / true 2>&1)"; then
+  fail "the grader cannot run on this image: the sandbox (bubblewrap) cannot start: $(echo "$reason" | tail -n 1)"
+fi
 
 if [ ! -x "$root/venv/bin/python" ]; then
   python3 -m venv "$root/venv"
