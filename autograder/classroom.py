@@ -365,7 +365,7 @@ def progress(total, stream=None):
 
     def line(task, result):
         if result.missing:
-            print(f"missing {task.key}: {result.reason}", flush=True)
+            print(f"missing {task.key}: {'; '.join(nb.reason for nb in result.notebooks)}", flush=True)
         else:
             print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
                   + (f"  ({result.reason})" if result.reason else ""), flush=True)
