@@ -26,6 +26,7 @@ from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
 from autograder.results import SubmissionResult, from_record, grader_failed, not_graded, write_atomic, write_csv
+from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 
 log = logging.getLogger("autograder")
 
@@ -104,10 +105,6 @@ def _hash_files(digest, paths):
             digest.update(b"<missing>")
 
 
-# What a fingerprint reads of a submitted file, at most: the grader reads no more (submission.py).
-FINGERPRINT_LIMIT = 512 * 2**20
-
-
 def course_fingerprint(course, assignment):
     """What grading an assignment depends on, besides the submission itself."""
     digest = hashlib.sha256()
@@ -126,7 +123,7 @@ def fingerprint(course_part, assignment, folder, problem=""):
         for name in [notebook.filename for notebook in assignment.notebooks] + ["timestamp.txt"]:
             digest.update(name.encode())
             try:
-                digest.update(read_file(Path(folder) / name, folder, FINGERPRINT_LIMIT))
+                digest.update(read_file(Path(folder) / name, folder, MAX_FILE_BYTES))
             except SubmissionError as error:
                 digest.update(str(error).encode())
     return digest.hexdigest()[:32]

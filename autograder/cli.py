@@ -107,11 +107,8 @@ def _collect_push(args, course):
     prefix = args.prefix if args.prefix is not None else course.github.get("repository_prefix", "")
     if not organization:
         raise CourseError("no organization: set github.organization in course.yml or pass --organization")
-    try:
-        collected = push.collect(course, push.client(course, args.api), args.submitted, organization=organization,
-                                 prefix=prefix, shard=args.shard)
-    except push.ForgeError as error:
-        raise CourseError(str(error)) from None
+    collected = push.collect(course, push.client(course, args.api), args.submitted, organization=organization,
+                             prefix=prefix, shard=args.shard)
     print(f"{len(collected)} repositories collected into {args.submitted}/")
     return 0
 
@@ -119,10 +116,7 @@ def _collect_push(args, course):
 def _post_push(args, course):
     from autograder import push
     from autograder.layout import Layout
-    try:
-        answered = push.post(course, push.client(course, args.api), args.submitted, Layout(args.out))
-    except push.ForgeError as error:
-        raise CourseError(str(error)) from None
+    answered = push.post(course, push.client(course, args.api), args.submitted, Layout(args.out))
     print(f"{len(answered)} commits answered")
     return 0
 
@@ -243,7 +237,8 @@ def _export_lms(args, course):
     layout = Layout(args.out)
     if not layout.results.is_dir():
         raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
-    results = classroom.publish(course, layout, args.db if Path(args.db[len("sqlite:///"):]).exists() else None)
+    from autograder.gradebook import exists
+    results = classroom.publish(course, layout, args.db if exists(args.db) else None)
     paths, unknown = lms.write_exports(course, layout, classroom.wide_rows(course, results), args.roster)
     print("LMS imports: " + "  ".join(map(str, paths)))
     if unknown:

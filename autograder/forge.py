@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import requests
 
+from autograder.course import CourseError
+
 API_VERSION = "2022-11-28"
 TIMEOUT = 30              # seconds for one API call
 CLONE_TIMEOUT = 300       # seconds for one clone
@@ -24,7 +26,7 @@ MAX_DESCRIPTION = 140     # GitHub's limit for a commit status description
 MAX_COMMENT = 65536       # GitHub's limit for a comment body
 
 
-class ForgeError(Exception):
+class ForgeError(CourseError):
     """A call to the forge failed; one line for the instructor."""
 
 

@@ -38,6 +38,12 @@ def utc_naive(moment):
     return None if moment is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
+def exists(db_url):
+    """Whether the gradebook is there to read (a database that is no SQLite file is taken to be)."""
+    prefix = "sqlite:///"
+    return not db_url.startswith(prefix) or Path(db_url[len(prefix):]).exists()
+
+
 def _resources(db_url, assignment, notebook, student=None):  # what nbgrader's preprocessors read
     return {"nbgrader": {"db_url": db_url, "assignment": assignment, "notebook": notebook, "student": student}}
 
@@ -80,12 +86,13 @@ def _autograded_notebook(path, folder, release, graded):
     """The submitted notebook without its outputs; the released one when it was not graded (missing,
     unreadable, a link out of its folder, another assignment's notebook), so that the gradebook
     gets exactly the assignment's cells, each with the reason."""
-    try:
-        if not graded:
-            raise SubmissionError("not graded")
-        nb = read_notebook(path, folder)
-    except Exception as error:  # formgrader shows the release, with the reason in each exercise's cell
-        log.info("autograded copy of %s made from the release: %s", path, str(error).splitlines()[:1])
+    nb = None
+    if graded:
+        try:
+            nb = read_notebook(path, folder)
+        except SubmissionError as error:
+            log.info("autograded copy of %s made from the release: %s", path, error)
+    if nb is None:  # formgrader shows the release, with the reason in each exercise's cell
         nb = nbformat.read(release, as_version=4)
     nb, _ = ClearOutput().preprocess(nb, {})
     return nb

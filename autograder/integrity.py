@@ -60,7 +60,7 @@ def _fingerprint(name, source, boilerplate=None):
 
 def collect(course, layout):
     """(answers, edits): exercise -> student -> answer source; [(student, assignment, line)]."""
-    answers, edits = defaultdict(dict), []
+    answers, edits, releases = defaultdict(dict), [], {}
     for record in layout.records():
         folder = record.get("folder")
         if not folder:
@@ -72,7 +72,10 @@ def collect(course, layout):
                 submitted = read_notebook(path, folder)
             except SubmissionError:
                 continue
-            release = read_notebook(course.release_notebook(assignment, notebook))
+            released = course.release_notebook(assignment, notebook)
+            if released not in releases:  # read once for the whole class
+                releases[released] = read_notebook(released)
+            release = releases[released]
             program = build_program(submitted, release)
             for exercise in notebook.exercises:
                 if exercise.id in program.answers:
@@ -168,10 +171,10 @@ def highlighted(pair, answers):
     return tuple(out)
 
 
-def class_mistakes(course, layout, answers):
+def class_mistakes(course, grades, answers):
     """exercise -> [(cause, students, tests, points lost, an anonymous example)], most students first."""
     found = defaultdict(lambda: defaultdict(lambda: {"students": set(), "tests": set(), "points": 0.0}))
-    for result in layout.graded():
+    for result in grades:
         for test in result.tests:
             if test.score >= test.max_score:
                 continue
@@ -214,7 +217,7 @@ def write_integrity(course, layout, folder):
         pair.html = highlighted(pair, answers)
     grades = layout.graded()
     flags = [(r.student, r.assignment, r.flags) for r in grades if r.flags]
-    table = class_mistakes(course, layout, answers)
+    table = class_mistakes(course, grades, answers)
     class_size = len({r.student for r in grades})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,8 @@ def release(course, assignment_ids=None, db_url=None):
         # Refuse before writing anything: students' submissions were made against the current notebook,
         # and may only be graded against one whose code and cells are the same (a typo fix is fine).
         notes = {}
-        if db_url.startswith("sqlite:///") and Path(db_url[len("sqlite:///"):]).exists():
+        from autograder.gradebook import exists
+        if exists(db_url):
             for assignment_id, changed in changes.items():
                 count = submissions_in_gradebook(db_url, assignment_id) if changed else 0
                 unsafe = [current.name for new, current in changed if not current.exists() or
