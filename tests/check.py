@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, MISTAKES, STILL_ALSO_FAILS, VARIANTS
+from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, MISTAKES, VARIANTS, cause_text
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, make_submission, solution_answers
 
@@ -85,7 +85,7 @@ def judge(results, kind, entry):
             return earned, f"the feedback does not say once why it earns nothing:\n{notes}"
         return earned, ""
     failed = failed_tests(tests)
-    tolerated = set(STILL_ALSO_FAILS.get((entry.exercise, entry.name), ()))
+    tolerated = set(entry.also_fails)
     if not failed:
         return earned, "full marks"
     if not set(entry.fails) | tolerated <= {test_name(test) for test in tests}:
@@ -93,10 +93,12 @@ def judge(results, kind, entry):
     if not failed <= set(entry.fails) | tolerated:
         return earned, f"also fails {sorted(failed - set(entry.fails) - tolerated)}"
     feedback = "\n".join([notes] + [test.get("output", "") for test in tests if test["score"] < test["max_score"]])
-    if entry.hint.lower() not in feedback.lower():
-        return earned, f"the feedback does not say {entry.hint!r}:\n{feedback}"
-    wrong = [other.hint for other in MISTAKES if other.exercise == entry.exercise
-             and other.hint.lower() not in entry.hint.lower() and other.hint.lower() in feedback.lower()]
+    cause = cause_text(entry.exercise, entry.cause)
+    if cause not in feedback:
+        return earned, f"the feedback does not give its cause {entry.cause!r} ({cause!r}):\n{feedback}"
+    others = {other.cause for other in MISTAKES if other.exercise == entry.exercise} - {entry.cause}
+    wrong = [key for key in sorted(others) if cause_text(entry.exercise, key) in feedback
+             and cause_text(entry.exercise, key) not in cause]
     if wrong:
         return earned, f"the feedback names other mistakes' causes {wrong}:\n{feedback}"
     return earned, ""

@@ -72,7 +72,7 @@ COPIES = {  # (exercise, the student copied, the copy)
 }
 
 
-# Built on the reference's own class (catalogue._gqa_forward changes three lines of it), so it is no
+# Built on the reference's own class (catalogue.snippets._gqa_forward changes three lines of it), so it is no
 # independently written answer: it is rightly found alike to the reference-based sample students.
 DERIVED = {("gqa", "expand and reshape")}
 

@@ -4,13 +4,35 @@ import torch
 
 from autograder.harness import checks
 from autograder.pictures import Picture
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import causal_mask_mistakes
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "upper_triangle": "the upper triangle (torch.triu), the opposite of key <= query",
+    "no_diagonal": "a mask that excludes the diagonal (tril(diagonal=-1)): a token may not see itself",
+    "blocked_convention": "the blocked-positions convention (triu(diagonal=1), True = blocked)",
+    "float_mask": "torch.tril(torch.ones(n, n)) is float: pass dtype=torch.bool or call .bool().",
+    "fixed_size": "the mask has the same size whatever seq_len: build it from seq_len, not from a fixed-size "
+                  "buffer.",
+}
+
+
+def causal_mask(student, seq_len, *args, **kwargs):
+    mask = student.call("causal_mask", seq_len, *args, **kwargs)["output"]
+    return checks.tensor(mask, f"causal_mask({seq_len})")
+
+
+def named_mistakes(seq_len):
+    """What each named mistake gives: cause text -> mask."""
+    ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    return A.named(CAUSES, upper_triangle=ones.triu(), no_diagonal=ones.tril(diagonal=-1),
+                   blocked_convention=ones.triu(diagonal=1))
 
 
 def test_depends_on_the_position(student):
     """The gate: a causal mask lets each query see a different number of keys."""
-    mask = A.causal_mask(student, 6)
+    mask = causal_mask(student, 6)
     checks.shape(mask, (6, 6), "causal_mask(6)")
     allowed = mask != 0
     checks.require(bool(allowed.any()) and bool((~allowed).any()) and len(set(allowed.sum(-1).tolist())) > 1,
@@ -20,19 +42,20 @@ def test_depends_on_the_position(student):
 
 
 def test_is_boolean_and_square(student):
-    mask = A.causal_mask(student, 6)
+    mask = causal_mask(student, 6)
     checks.shape(mask, (6, 6), "causal_mask(6)")
     checks.equal(mask.dtype, torch.bool, "The dtype of the mask",
-                 "torch.tril(torch.ones(n, n)) is float: pass dtype=torch.bool or call .bool().",
+                 CAUSES["float_mask"],
                  reveal=True)
 
 
 def test_allows_keys_up_to_the_query(student):
     for seq_len in (4, 9, 1, 300, 1100):  # beyond any fixed buffer a mask might be cut from
-        mask = A.causal_mask(student, seq_len)
-        checks.shape(mask, (seq_len, seq_len), f"causal_mask({seq_len})")
+        mask = causal_mask(student, seq_len)
+        square = mask.dim() == 2 and mask.shape[0] == mask.shape[1]
+        checks.shape(mask, (seq_len, seq_len), f"causal_mask({seq_len})", CAUSES["fixed_size"] if square else "")
         allowed = mask != 0
-        named = [name for name, wrong in causal_mask_mistakes(seq_len).items()
+        named = [name for name, wrong in named_mistakes(seq_len).items()
                  if seq_len > 1 and torch.equal(allowed, wrong)]
         checks.require(torch.equal(allowed, A.tril(seq_len)),
                        f"causal_mask({seq_len}) allows the wrong positions.",
@@ -43,7 +66,7 @@ def test_allows_keys_up_to_the_query(student):
 
 
 def test_diagonal_is_allowed(student):
-    mask = A.causal_mask(student, 5)
+    mask = causal_mask(student, 5)
     checks.shape(mask, (5, 5), "causal_mask(5)")
     checks.require(bool((mask.diagonal() != 0).all()), "The diagonal of the mask is blocked.",
                    "A token may attend to itself: use tril() with the default diagonal=0.")
@@ -51,9 +74,9 @@ def test_diagonal_is_allowed(student):
 
 def test_accepts_device_argument(student):
     # Only what the device argument changes is charged here; a wrong mask costs its own tests.
-    plain = A.causal_mask(student, 4)
+    plain = causal_mask(student, 4)
     for args, kwargs in [((), {"device": "cpu"}), (("cpu",), {})]:
-        mask = A.causal_mask(student, 4, *args, **kwargs)
+        mask = causal_mask(student, 4, *args, **kwargs)
         checks.require(mask.shape == plain.shape and torch.equal(mask, plain),
                        "causal_mask(4, device='cpu') returns a different mask than causal_mask(4).",
                        "Pass device= to the tensor factory (torch.ones(..., device=device)).")
@@ -61,7 +84,7 @@ def test_accepts_device_argument(student):
 
 def test_makes_attention_causal(student, reference):
     attention = reference["scaled_dot_product_attention"]
-    mask = A.causal_mask(student, A.SK) != 0
+    mask = causal_mask(student, A.SK) != 0
     x = A.randn(A.B, A.SK, A.D_K, seed=3)
     changed = x.clone()
     changed[:, -1] = A.randn(A.B, A.D_K, seed=4)

@@ -1,52 +1,105 @@
 """Hidden tests for GroupedQueryAttention(d_model, num_heads, num_kv_heads, bias=False)."""
 
 import torch
+import torch.nn.functional as F
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
+from autograder.suites import kit as A
 
-GROUP_HINT = ("Query head h uses key/value head h // (num_heads // num_kv_heads): repeat each key/value "
-              "head for its group with repeat_interleave(group, dim=1), not repeat.")
-MISTAKES = "query head h paired with key/value head h % num_kv_heads (repeat instead of repeat_interleave)"
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "repeat": "query head h paired with key/value head h % num_kv_heads (repeat instead of repeat_interleave)",
+    "group": "Query head h uses key/value head h // (num_heads // num_kv_heads): repeat each key/value head for "
+             "its group with repeat_interleave(group, dim=1), not repeat.",
+    "expand": "W_k and W_v produce num_kv_heads heads; repeat each for its group of query heads before the product "
+              "with the queries.",
+    "head_counts": "Raise ValueError when num_heads is not a multiple of num_kv_heads.",
+    "kv_width": "W_k and W_v map d_model to num_kv_heads * d_k, with d_k = d_model // num_heads.",
+}
+
+GQA_HEADS, GQA_KV_HEADS, GQA_D_K = 6, 2, 4
+
+
+GQA_D_MODEL = GQA_HEADS * GQA_D_K
+
+
+def gqa_parameters(num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, d_k=GQA_D_K, dtype=torch.float64,
+                   seed=200):
+    d_model, d_kv = num_heads * d_k, num_kv_heads * d_k
+    shapes = {"W_q": (d_model, d_model), "W_k": (d_kv, d_model), "W_v": (d_kv, d_model),
+              "W_o": (d_model, d_model)}
+    return A.linear_parameters(shapes, bias=False, dtype=dtype, seed=seed)
+
+
+def gqa(student, x, mask=None, *, params, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS,
+        grad_outputs=None):
+    kwargs = {} if mask is None else {"mask": mask}
+    with A.crash_hint(CAUSES["expand"]):
+        reply = A.run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
+                           params=params, dtype=x.dtype, calls=[((x,), kwargs)],
+                           grad_outputs=None if grad_outputs is None else [grad_outputs])
+    output, weights = checks.pair(reply["outputs"][0], "GroupedQueryAttention.forward")
+    return (checks.tensor(output, "The output"), checks.tensor(weights, "The weights")), reply
+
+
+def torch_gqa(params, num_heads, num_kv_heads, x, mask=None, kv_order="interleave"):
+    """Grouped-query attention through F.scaled_dot_product_attention(enable_gqa=True);
+    returns (output, per-head weights)."""
+    q = A.heads_of(F.linear(x, params["W_q.weight"]), num_heads)
+    k = A.heads_of(F.linear(x, params["W_k.weight"]), num_kv_heads)
+    v = A.heads_of(F.linear(x, params["W_v.weight"]), num_kv_heads)
+    group = num_heads // num_kv_heads
+    if kv_order == "interleave":
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        k_full = k.repeat_interleave(group, dim=1)
+    else:  # a mistake: query head h paired with key/value head h % num_kv_heads
+        k_full, v_full = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+        context = F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask)
+    b, h, s, d_k = context.shape
+    output = F.linear(context.transpose(1, 2).reshape(b, s, h * d_k), params["W_o.weight"])
+    return output, A.torch_weights(q, k_full, mask)
+
+
 
 
 def x_of(seed=600, dtype=torch.float64):
-    return A.randn(A.B, A.SK, A.GQA_D_MODEL, seed=seed, dtype=dtype)
+    return A.randn(A.B, A.SK, GQA_D_MODEL, seed=seed, dtype=dtype)
 
 
-def compare(student, x, mask, what, num_heads=A.GQA_HEADS, num_kv_heads=A.GQA_KV_HEADS, seed=610):
-    params = A.gqa_parameters(num_heads, num_kv_heads, seed=seed)
-    (output, weights), _ = A.gqa(student, x, mask, params=params, num_heads=num_heads, num_kv_heads=num_kv_heads)
-    want_output, want_weights = A.torch_gqa(params, num_heads, num_kv_heads, x, mask)
-    wrong = A.torch_gqa(params, num_heads, num_kv_heads, x, mask, kv_order="repeat")
-    checks.close(weights, want_weights, f"The weights ({what})", GROUP_HINT, {MISTAKES: wrong[1]})
+def compare(student, x, mask, what, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, seed=610):
+    params = gqa_parameters(num_heads, num_kv_heads, seed=seed)
+    (output, weights), _ = gqa(student, x, mask, params=params, num_heads=num_heads, num_kv_heads=num_kv_heads)
+    want_output, want_weights = torch_gqa(params, num_heads, num_kv_heads, x, mask)
+    wrong = torch_gqa(params, num_heads, num_kv_heads, x, mask, kv_order="repeat")
+    checks.close(weights, want_weights, f"The weights ({what})", CAUSES["group"], A.named(CAUSES, repeat=wrong[1]))
     checks.close(output, want_output, f"The output ({what})", "The weights are right: check the merge and W_o.",
-                 {MISTAKES: wrong[0]})
+                 A.named(CAUSES, repeat=wrong[0]))
 
 
 def test_computes_attention(student):
     """The gate, with as many key/value heads as query heads: attention before any grouping."""
     x = x_of(607)
-    substance.attention_module(lambda params: A.gqa(student, x, params=params, num_kv_heads=A.GQA_HEADS)[0][0],
-                               A.gqa_parameters(A.GQA_HEADS, A.GQA_HEADS, seed=608))
+    substance.attention_module(lambda params: gqa(student, x, params=params, num_kv_heads=GQA_HEADS)[0][0],
+                               gqa_parameters(GQA_HEADS, GQA_HEADS, seed=608))
 
 
 def test_rejects_bad_head_counts(student):
     A.expect_value_error(lambda: student.module("GroupedQueryAttention", (24, 6, 4)), "GroupedQueryAttention(24, 6, 4)",
-                         "Raise ValueError when num_heads is not a multiple of num_kv_heads.")
+                         CAUSES["head_counts"])
     A.expect_value_error(lambda: student.module("GroupedQueryAttention", (20, 6, 2)), "GroupedQueryAttention(20, 6, 2)",
                          "Raise ValueError when d_model is not a multiple of num_heads.")
 
 
 def test_projection_shapes(student):
-    parameters = student.module("GroupedQueryAttention", (A.GQA_D_MODEL, A.GQA_HEADS, A.GQA_KV_HEADS))["parameters"]
-    d_kv = A.GQA_KV_HEADS * A.GQA_D_K
-    for name, shape in (("W_q", (A.GQA_D_MODEL,) * 2), ("W_k", (d_kv, A.GQA_D_MODEL)),
-                        ("W_v", (d_kv, A.GQA_D_MODEL)), ("W_o", (A.GQA_D_MODEL,) * 2)):
+    parameters = student.module("GroupedQueryAttention", (GQA_D_MODEL, GQA_HEADS, GQA_KV_HEADS))["parameters"]
+    d_kv = GQA_KV_HEADS * GQA_D_K
+    for name, shape in (("W_q", (GQA_D_MODEL,) * 2), ("W_k", (d_kv, GQA_D_MODEL)),
+                        ("W_v", (d_kv, GQA_D_MODEL)), ("W_o", (GQA_D_MODEL,) * 2)):
         checks.require(f"{name}.weight" in parameters, f"The module has no {name}.",
                        "Name the projections W_q, W_k, W_v, W_o.")
         checks.shape(parameters[f"{name}.weight"], shape, f"{name}.weight",
-                     "W_k and W_v map d_model to num_kv_heads * d_k, with d_k = d_model // num_heads.")
+                     CAUSES["kv_width"])
     checks.require(not any(name.endswith(".bias") for name in parameters),
                    "GroupedQueryAttention(..., bias=False) has bias parameters.", "Pass bias=bias to nn.Linear.")
 
@@ -65,22 +118,22 @@ def test_one_key_value_head(student):
 
 def test_as_many_key_value_heads_as_query_heads(student):
     x = x_of(604)
-    params = A.gqa_parameters(A.GQA_HEADS, A.GQA_HEADS, seed=630)
-    (output, _), _ = A.gqa(student, x, params=params, num_kv_heads=A.GQA_HEADS)
-    checks.close(output, A.torch_mha(params, A.GQA_HEADS, x, x, x)[0],
+    params = gqa_parameters(GQA_HEADS, GQA_HEADS, seed=630)
+    (output, _), _ = gqa(student, x, params=params, num_kv_heads=GQA_HEADS)
+    checks.close(output, A.torch_mha(params, GQA_HEADS, x, x, x)[0],
                  "The output with num_kv_heads == num_heads", "This case is ordinary multi-head attention.")
 
 
 def test_weights_rows_sum_to_one(student):
-    params = A.gqa_parameters(seed=640)
-    (_, weights), _ = A.gqa(student, x_of(605), params=params)
-    checks.shape(weights, (A.B, A.GQA_HEADS, A.SK, A.SK), "The weights", "Return one map per query head.")
+    params = gqa_parameters(seed=640)
+    (_, weights), _ = gqa(student, x_of(605), params=params)
+    checks.shape(weights, (A.B, GQA_HEADS, A.SK, A.SK), "The weights", "Return one map per query head.")
     checks.rows_sum_to_one(weights, "The weights", "The softmax runs over the keys.")
 
 
 def test_gradients_reach_input_and_parameters(student):
-    params, x = A.gqa_parameters(seed=650), x_of(606)
-    upstream = [A.randn(A.B, A.SK, A.GQA_D_MODEL, seed=651), A.randn(A.B, A.GQA_HEADS, A.SK, A.SK, seed=652)]
-    _, reply = A.gqa(student, x, A.tril(A.SK), params=params, grad_outputs=upstream)
-    A.check_gradients(reply, lambda weights, inputs: A.gqa(student, inputs["x"], A.tril(A.SK), params=weights)[0],
+    params, x = gqa_parameters(seed=650), x_of(606)
+    upstream = [A.randn(A.B, A.SK, GQA_D_MODEL, seed=651), A.randn(A.B, GQA_HEADS, A.SK, A.SK, seed=652)]
+    _, reply = gqa(student, x, A.tril(A.SK), params=params, grad_outputs=upstream)
+    A.check_gradients(reply, lambda weights, inputs: gqa(student, inputs["x"], A.tril(A.SK), params=weights)[0],
                       params, {"x": x}, upstream)

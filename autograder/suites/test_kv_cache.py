@@ -6,8 +6,60 @@ own full forward, so a mistake in the attention itself is charged once, not once
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import kv_cache_mistakes
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "never_appended": "a cache that is never appended to (each new piece sees only its own tokens)",
+    "no_offset": "a chunk mask without the offset P (tril() over [T_new, P + T_new] hides cached keys from the "
+                 "new tokens; tril(diagonal=P) is right)",
+    "no_mask": "no causal mask among the new tokens when the cache is used",
+    "layout": "The cache holds keys and values as [B, H, S, d_k]: concatenate along the sequence axis (dim=2), "
+              "and build the mask over [T_new, P + T_new].",
+    "reset": "reset_cache() must forget everything the cache keeps: keys, values, and any position counter.",
+}
+
+
+def cached_attention(student, calls, *, params, num_heads=A.H, dtype=torch.float64):
+    """Run steps on one CachedSelfAttention; calls are (method, args, kwargs). Returns outputs."""
+    d_model = params["W_q.weight"].shape[0]
+    with A.crash_hint(CAUSES["layout"]):
+        reply = A.run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
+                           dtype=dtype, calls=calls)
+    return [checks.tensor(output, "CachedSelfAttention(x)") if method == "forward" else output
+            for (method, _, _), output in zip(calls, reply["outputs"])]
+
+
+def token_by_token(x, first=1, chunk=1):
+    """Calls that reset the cache, then feed x in pieces: `first` tokens, then `chunk` at a time."""
+    calls = [("reset_cache", (), {}), ("forward", (x[:, :first],), {"use_cache": True})]
+    for start in range(first, x.shape[1], chunk):
+        calls.append(("forward", (x[:, start:start + chunk],), {"use_cache": True}))
+    return calls
+
+
+def named_mistakes(params, num_heads, x, first, chunk):
+    """cause text -> the concatenated outputs of a mistaken cache, fed `first` tokens, then
+    `chunk` at a time (as token_by_token does)."""
+    bounds = [(0, first)] + [(start, min(start + chunk, x.shape[1])) for start in range(first, x.shape[1], chunk)]
+
+    def run(window, mask_of):
+        outputs = []
+        for start, end in bounds:
+            seen = window(start, end)
+            keys = x[:, seen]
+            mask = mask_of(end - start, len(seen), start - seen.start)
+            outputs.append(A.multi_head(params, num_heads, x[:, start:end], keys, keys, mask)[0])
+        return torch.cat(outputs, dim=1)
+
+    def tril(rows, columns, diagonal):
+        return torch.ones(rows, columns, dtype=torch.bool).tril(diagonal=diagonal)
+
+    return A.named(CAUSES, never_appended=run(lambda start, end: range(start, end), tril),
+                   no_offset=run(lambda start, end: range(0, end), lambda rows, columns, past: tril(rows, columns, 0)),
+                   no_mask=run(lambda start, end: range(0, end), lambda rows, columns, past: None))
+
 
 T = A.SK + 2
 
@@ -17,11 +69,11 @@ def x_of(seed=500, dtype=torch.float64, t=T):
 
 def own_full(student, x, params):
     """The student's own forward(x) without the cache."""
-    return A.cached_attention(student, [("forward", (x,), {})], params=params, dtype=x.dtype)[0]
+    return cached_attention(student, [("forward", (x,), {})], params=params, dtype=x.dtype)[0]
 
 
 def pieces(student, x, params, first=1, chunk=1):
-    outputs = A.cached_attention(student, A.token_by_token(x, first, chunk), params=params, dtype=x.dtype)
+    outputs = cached_attention(student, token_by_token(x, first, chunk), params=params, dtype=x.dtype)
     outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
     for output in outputs:
         checks.require(output.dim() == 3 and output.shape[-1] == x.shape[-1],
@@ -38,7 +90,7 @@ def test_computes_attention(student):
 
 def test_full_forward_matches_causal_attention(student):
     params, x = A.mha_parameters(seed=510), x_of(511)
-    [output] = A.cached_attention(student, [("forward", (x,), {})], params=params)
+    [output] = cached_attention(student, [("forward", (x,), {})], params=params)
     checks.close(output, A.causal_mha(params, A.H, x)[0], "forward(x) without the cache",
                  "Without the cache this is ordinary causal multi-head self-attention.")
 
@@ -47,33 +99,33 @@ def test_token_by_token_matches_full_attention(student):
     params, x = A.mha_parameters(seed=520), x_of(521)
     checks.same(pieces(student, x, params), own_full(student, x, params),
                 "The outputs of one token at a time, concatenated, against your own forward(x)",
-                mistakes=kv_cache_mistakes(params, A.H, x, 1, 1))
+                mistakes=named_mistakes(params, A.H, x, 1, 1))
 
 
 def test_prompt_then_tokens(student):
     params, x = A.mha_parameters(seed=530), x_of(531)
     checks.same(pieces(student, x, params, first=4), own_full(student, x, params),
                 "A 4-token prompt followed by single tokens, against your own forward(x)",
-                mistakes=kv_cache_mistakes(params, A.H, x, 4, 1))
+                mistakes=named_mistakes(params, A.H, x, 4, 1))
 
 
 def test_chunks_of_several_tokens(student):
     params, x = A.mha_parameters(seed=540), x_of(541, t=40)  # longer than anything in the notebook
     checks.same(pieces(student, x, params, first=2, chunk=3), own_full(student, x, params),
                 "A 2-token prompt followed by chunks of 3 tokens (40 tokens), against your own forward(x)",
-                mistakes=kv_cache_mistakes(params, A.H, x, 2, 3))
+                mistakes=named_mistakes(params, A.H, x, 2, 3))
 
 
 def test_reset_starts_a_new_sequence(student):
     """After reset_cache() a sequence gives what it gives on a fresh module, fed the same way: so
     everything the cache keeps (keys, values, any position counter) must start again."""
     params, first, second = A.mha_parameters(seed=550), x_of(551), x_of(552)
-    before = A.token_by_token(first, first=2, chunk=3)
-    outputs = A.cached_attention(student, before + A.token_by_token(second, first=3, chunk=2), params=params)
+    before = token_by_token(first, first=2, chunk=3)
+    outputs = cached_attention(student, before + token_by_token(second, first=3, chunk=2), params=params)
     tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
     checks.same(torch.cat(tail, dim=1), pieces(student, second, params, first=3, chunk=2),
                 "A second sequence after reset_cache(), against the same sequence on a fresh module",
-                "reset_cache() must forget everything the cache keeps: keys, values, and any position counter.")
+                CAUSES["reset"])
 
 
 def test_keeps_float32(student):

@@ -3,8 +3,52 @@
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import mha_mistakes, pick
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    **A.MHA_CAUSES,
+    "cross_attention": ("Keys and values may be longer than the queries (cross-attention): take each tensor's own "
+                        "length when splitting heads."),
+    "divisible": "Raise ValueError when d_model % num_heads != 0.",
+    "projections": "Create W_q, W_k, W_v, W_o = nn.Linear(d_model, d_model, bias=bias).",
+    "bias": "Pass bias=bias to every nn.Linear.",
+    "per_head_weights": "Return the per-head weights [B, H, Sq, Sk].",
+    "key_length": "Use the key/value length (Sk) for keys and values, not the query length.",
+    "dtype": "Avoid hard-coded dtypes such as .float() or torch.tensor(..., dtype=torch.float32).",
+}
+
+
+def build_mha(student, d_model=A.D_MODEL, num_heads=A.H, bias=True, **options):
+    """Construct the student's MultiHeadAttention (nothing else); returns the probe's reply."""
+    kwargs = {} if bias is True else {"bias": bias}
+    return student.module("MultiHeadAttention", (d_model, num_heads), kwargs, **options)
+
+
+def mha(student, query, key, value, mask=None, *, params, num_heads=A.H, grad_outputs=None):
+    """Run the student's module with the given weights; returns ((output, weights), reply)."""
+    kwargs = {} if mask is None else {"mask": mask}
+    bias = A.has_bias(params)
+    with A.crash_hint(CAUSES["cross_attention"]):
+        reply = A.run_module(student, "MultiHeadAttention", (query.shape[-1], num_heads),
+                           {} if bias else {"bias": False}, params=params, dtype=query.dtype,
+                           calls=[((query, key, value), kwargs)],
+                           grad_outputs=None if grad_outputs is None else [grad_outputs])
+    output, weights = checks.pair(reply["outputs"][0], "MultiHeadAttention.forward")
+    checks.tensor(output, "The output")
+    checks.tensor(weights, "The attention weights")
+    return (output, weights), reply
+
+
+def reference_mha(reference, params, num_heads, dtype=torch.float64):
+    d_model = params["W_q.weight"].shape[0]
+    module = reference["MultiHeadAttention"](d_model, num_heads, bias=A.has_bias(params)).to(dtype)
+    with torch.no_grad():
+        for name, value in params.items():
+            module.get_parameter(name).copy_(value)
+    return module
+
 
 
 def self_attention_inputs(dtype=torch.float64, seed=30):
@@ -22,59 +66,59 @@ def test_computes_attention(student):
     query, key = self_attention_inputs(seed=45), self_attention_inputs(seed=46)
 
     def run(params, keys=key):
-        return A.mha(student, query, keys, query, params=params)[0][0]
+        return mha(student, query, keys, query, params=params)[0][0]
     params = A.mha_parameters(seed=47)
     substance.attention_module(run, params, keys_changed=lambda: run(params, self_attention_inputs(seed=48)))
 
 
 def test_rejects_indivisible_d_model(student):
-    A.expect_value_error(lambda: A.build_mha(student, d_model=10, num_heads=3), "MultiHeadAttention(10, 3)",
-                         "Raise ValueError when d_model % num_heads != 0.")
+    A.expect_value_error(lambda: build_mha(student, d_model=10, num_heads=3), "MultiHeadAttention(10, 3)",
+                         CAUSES["divisible"])
 
 
 def test_has_four_projections(student):
-    parameters = A.build_mha(student)["parameters"]
+    parameters = build_mha(student)["parameters"]
     for name in A.PROJECTIONS:
         for part, shape in (("weight", (A.D_MODEL, A.D_MODEL)), ("bias", (A.D_MODEL,))):
             checks.require(f"{name}.{part}" in parameters,
                            f"MultiHeadAttention({A.D_MODEL}, {A.H}) has no parameter {name}.{part}.",
-                           "Create W_q, W_k, W_v, W_o = nn.Linear(d_model, d_model, bias=bias).")
+                           CAUSES["projections"])
             checks.shape(parameters[f"{name}.{part}"], shape, f"{name}.{part}")
 
 
 def test_bias_flag(student):
-    without = A.build_mha(student, bias=False)["parameters"]
-    with_bias = A.build_mha(student, bias=True)["parameters"]
+    without = build_mha(student, bias=False)["parameters"]
+    with_bias = build_mha(student, bias=True)["parameters"]
     checks.require(not any(name.endswith(".bias") for name in without),
                    "MultiHeadAttention(..., bias=False) still has bias parameters.",
-                   "Pass bias=bias to every nn.Linear.")
+                   CAUSES["bias"])
     checks.require(all(f"{name}.bias" in with_bias for name in A.PROJECTIONS),
                    "MultiHeadAttention(..., bias=True) is missing bias parameters.",
-                   "Pass bias=bias to every nn.Linear.")
+                   CAUSES["bias"])
 
 
 def test_self_attention_shapes(student):
     x = self_attention_inputs()
-    (output, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters())
+    (output, weights), _ = mha(student, x, x, x, params=A.mha_parameters())
     checks.shape(output, (A.B, A.SQ, A.D_MODEL), "The output")
-    checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights", "Return the per-head weights [B, H, Sq, Sk].")
+    checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights", CAUSES["per_head_weights"])
 
 
 def test_cross_attention_shapes(student):
     query, key, value = cross_attention_inputs()
-    (output, weights), _ = A.mha(student, query, key, value, params=A.mha_parameters())
-    hint = "Use the key/value length (Sk) for keys and values, not the query length."
+    (output, weights), _ = mha(student, query, key, value, params=A.mha_parameters())
+    hint = CAUSES["key_length"]
     checks.shape(output, (A.B, A.SQ, A.D_MODEL), "The cross-attention output", hint)
     checks.shape(weights, (A.B, A.H, A.SQ, A.SK), "The cross-attention weights", hint)
 
 
 def _compare_with_torch(student, query, key, value, mask, what):
     params = A.mha_parameters()
-    (output, weights), _ = A.mha(student, query, key, value, mask, params=params)
+    (output, weights), _ = mha(student, query, key, value, mask, params=params)
     want_output, want_weights = A.torch_mha(params, A.H, query, key, value, mask)
-    mistakes = mha_mistakes(params, A.H, query, key, value, mask)
-    checks.close(weights, want_weights, f"The {what} weights", "", pick(mistakes, 1))
-    checks.close(output, want_output, f"The {what} output", "", pick(mistakes, 0))
+    mistakes = A.mha_mistakes(params, A.H, query, key, value, mask)
+    checks.close(weights, want_weights, f"The {what} weights", "", A.pick(mistakes, 1))
+    checks.close(output, want_output, f"The {what} output", "", A.pick(mistakes, 0))
 
 
 def test_matches_torch_multihead_attention(student):
@@ -95,17 +139,17 @@ def test_matches_reference_without_bias(student, reference):
     query, key, value = cross_attention_inputs(seed=50)
     params = A.mha_parameters(bias=False, seed=60)
     mask = A.random_mask(A.B, 1, A.SQ, A.SK, seed=6)
-    (output, _), _ = A.mha(student, query, key, value, mask, params=params)
-    expected, _ = A.reference_mha(reference, params, A.H)(query, key, value, mask=mask)
+    (output, _), _ = mha(student, query, key, value, mask, params=params)
+    expected, _ = reference_mha(reference, params, A.H)(query, key, value, mask=mask)
     checks.close(output, expected, "The output with bias=False and a [B, 1, Sq, Sk] mask", "",
-                 pick(mha_mistakes(params, A.H, query, key, value, mask), 0))
+                 A.pick(A.mha_mistakes(params, A.H, query, key, value, mask), 0))
 
 
 def test_weights_rows_sum_to_one(student):
     x = self_attention_inputs(seed=32)
-    (_, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters())
+    (_, weights), _ = mha(student, x, x, x, params=A.mha_parameters())
     checks.shape(weights, (A.B, A.H, A.SQ, A.SQ), "The weights")
-    checks.rows_sum_to_one(weights, "The attention weights", mistakes=pick(mha_mistakes(
+    checks.rows_sum_to_one(weights, "The attention weights", mistakes=A.pick(A.mha_mistakes(
         A.mha_parameters(), A.H, x, x, x), 1))
 
 
@@ -113,15 +157,15 @@ def test_gradients_reach_inputs_and_parameters(student):
     query, key, value = cross_attention_inputs(seed=70)
     params = A.mha_parameters(seed=80)
     upstream = [A.randn(A.B, A.SQ, A.D_MODEL, seed=90), A.randn(A.B, A.H, A.SQ, A.SK, seed=91)]
-    _, reply = A.mha(student, query, key, value, params=params, grad_outputs=upstream)
-    A.check_gradients(reply, lambda weights, inputs: A.mha(student, *inputs.values(), params=weights)[0],
+    _, reply = mha(student, query, key, value, params=params, grad_outputs=upstream)
+    A.check_gradients(reply, lambda weights, inputs: mha(student, *inputs.values(), params=weights)[0],
                       params, {"query": query, "key": key, "value": value}, upstream)
 
 
 def test_keeps_float32_and_float64(student):
     for dtype in (torch.float32, torch.float64):
         x = self_attention_inputs(dtype=dtype)
-        (output, weights), _ = A.mha(student, x, x, x, params=A.mha_parameters(dtype=dtype))
-        hint = "Avoid hard-coded dtypes such as .float() or torch.tensor(..., dtype=torch.float32)."
+        (output, weights), _ = mha(student, x, x, x, params=A.mha_parameters(dtype=dtype))
+        hint = CAUSES["dtype"]
         checks.dtype(output, dtype, "The output", hint)
         checks.dtype(weights, dtype, "The weights", hint)

@@ -1,12 +1,42 @@
 """Hidden tests for the NumPy attention(Q, K, V) -> (output, weights)."""
 
+import math
+
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import numpy_attention_mistakes, pick
+from autograder.suites import kit as A
 
-SWAP_HINT = "Swap only the last two axes of K: np.swapaxes(K, -1, -2) (K.T reverses all axes)."
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "no_scale": "attention without the 1/sqrt(d_k) scaling",
+    "softmax_over_queries": "a softmax over the queries (axis=-2) instead of the keys",
+    "scale_d_v": "scaling by the value width d_v instead of the key width d_k",
+    "divide_by_d_k": "dividing by d_k instead of sqrt(d_k)",
+    "swap_axes": "Swap only the last two axes of K: np.swapaxes(K, -1, -2) (K.T reverses all axes).",
+    "unstable": "Use your stable softmax: large scores overflow np.exp.",
+}
+
+
+def numpy_attention(student, Q, K, V):
+    with A.crash_hint(CAUSES["swap_axes"]):
+        reply = student.call("attention", Q, K, V)
+    output, weights = checks.pair(reply["output"], "attention")
+    checks.tensor(output, "The output of attention", "ndarray")
+    checks.tensor(weights, "The weights of attention", "ndarray")
+    return output, weights
+
+
+def named_mistakes(Q, K, V):
+    """What each named mistake gives for attention(Q, K, V): cause text -> (output, weights)."""
+    q, k, v = (torch.from_numpy(a) for a in (Q, K, V))
+    found = dict(no_scale=A.attention(q, k, v, scale=1.0), softmax_over_queries=A.attention(q, k, v, dim=-2),
+                 scale_d_v=A.attention(q, k, v, scale=1 / math.sqrt(V.shape[-1])))
+    if K.ndim == 4:
+        # K.T on [B, H, S, d] gives [d, S, H, B]; only the harmless square cases would broadcast
+        found["divide_by_d_k"] = A.attention(q, k, v, scale=1 / Q.shape[-1])
+    return A.named(CAUSES, **{key: tuple(t.numpy() for t in pair) for key, pair in found.items()})
 
 
 def inputs(leading=(), scale=1.0, seed=0):
@@ -22,55 +52,54 @@ def expected(Q, K, V):
 def test_computes_attention(student):
     """The gate, on one sequence."""
     def call(q, k, v):
-        return tuple(map(checks.as_tensor, A.numpy_attention(student, q.numpy(), k.numpy(), v.numpy())))
+        return tuple(map(checks.as_tensor, numpy_attention(student, q.numpy(), k.numpy(), v.numpy())))
     substance.attention_function(call, *A.qkv((), seed=5))
 
 
 def test_returns_numpy_arrays(student):
-    A.numpy_attention(student, *inputs())
+    numpy_attention(student, *inputs())
 
 
 def test_shapes_for_one_sequence(student):
-    output, weights = A.numpy_attention(student, *inputs())
+    output, weights = numpy_attention(student, *inputs())
     checks.shape(output, (A.SQ, A.D_V), "The output", "The output has one row per query and d_v columns.")
     checks.shape(weights, (A.SQ, A.SK), "The weights", "The weights have one row per query, one column per key.")
 
 
 def test_shapes_with_batch_dimensions(student):
-    output, weights = A.numpy_attention(student, *inputs((A.B,)))
-    checks.shape(output, (A.B, A.SQ, A.D_V), "The output for [B, S, d] inputs", SWAP_HINT)
-    checks.shape(weights, (A.B, A.SQ, A.SK), "The weights for [B, S, d] inputs", SWAP_HINT)
+    output, weights = numpy_attention(student, *inputs((A.B,)))
+    checks.shape(output, (A.B, A.SQ, A.D_V), "The output for [B, S, d] inputs", CAUSES["swap_axes"])
+    checks.shape(weights, (A.B, A.SQ, A.SK), "The weights for [B, S, d] inputs", CAUSES["swap_axes"])
 
 
 def test_weights_rows_sum_to_one(student):
-    _, weights = A.numpy_attention(student, *inputs(seed=1))
+    _, weights = numpy_attention(student, *inputs(seed=1))
     checks.shape(weights, (A.SQ, A.SK), "The weights")
-    checks.rows_sum_to_one(weights, "The weights", mistakes=pick(numpy_attention_mistakes(*inputs(seed=1)), 1))
+    checks.rows_sum_to_one(weights, "The weights", mistakes=A.pick(named_mistakes(*inputs(seed=1)), 1))
 
 
 def test_matches_torch_attention(student):
     Q, K, V = inputs(seed=2)
-    output, weights = A.numpy_attention(student, Q, K, V)
+    output, weights = numpy_attention(student, Q, K, V)
     want_output, want_weights = expected(Q, K, V)
-    mistakes = numpy_attention_mistakes(Q, K, V)
+    mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights", "weights = softmax(Q K^T / sqrt(d_k)) over the keys.",
-                 pick(mistakes, 1))
-    checks.close(output, want_output, "The output", "output = weights @ V.", pick(mistakes, 0))
+                 A.pick(mistakes, 1))
+    checks.close(output, want_output, "The output", "output = weights @ V.", A.pick(mistakes, 0))
 
 
 def test_matches_torch_with_batch_dimensions(student):
     Q, K, V = inputs((A.B, A.H), seed=3)
-    output, weights = A.numpy_attention(student, Q, K, V)
+    output, weights = numpy_attention(student, Q, K, V)
     want_output, want_weights = expected(Q, K, V)
-    mistakes = numpy_attention_mistakes(Q, K, V)
-    checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", pick(mistakes, 1))
-    checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", pick(mistakes, 0))
+    mistakes = named_mistakes(Q, K, V)
+    checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", A.pick(mistakes, 1))
+    checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", A.pick(mistakes, 0))
 
 
 def test_survives_large_scores(student):
     Q, K, V = inputs(scale=1000.0, seed=4)
-    output, weights = A.numpy_attention(student, Q, K, V)
-    hint = "Use your stable softmax: large scores overflow np.exp."
-    checks.finite(weights, "The weights for large scores", hint)
+    output, weights = numpy_attention(student, Q, K, V)
+    checks.finite(weights, "The weights for large scores", CAUSES["unstable"])
     checks.close(output, expected(Q, K, V)[0], "The output for large scores", "",
-                 pick(numpy_attention_mistakes(Q, K, V), 0))
+                 A.pick(named_mistakes(Q, K, V), 0))

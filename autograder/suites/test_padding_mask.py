@@ -4,8 +4,31 @@ import torch
 
 from autograder.harness import checks
 from autograder.pictures import Picture
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import padding_mask_mistakes
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "off_by_one": "j <= length instead of j < length (one padded key still allowed)",
+    "blocked_convention": "the blocked-positions convention (True = padding)",
+    "flat_shape": "Return [B, 1, 1, S] so that it broadcasts against scores [B, H, Sq, Sk].",
+    "blocks_queries": "A [B, 1, S, 1] mask would block queries instead of keys.",
+    "longest_length": "Its last axis should have max_len key positions: use the max_len argument, not "
+                      "lengths.max().",
+}
+
+
+def padding_mask(student, lengths, max_len):
+    mask = student.call("padding_mask", lengths, max_len)["output"]
+    return checks.tensor(mask, f"padding_mask(lengths, {max_len})")
+
+
+def named_mistakes(lengths, max_len):
+    """What each named mistake gives: cause text -> mask."""
+    positions = torch.arange(max_len)[None, :]
+    return A.named(CAUSES, off_by_one=(positions <= lengths[:, None])[:, None, None, :],
+                   blocked_convention=(positions >= lengths[:, None])[:, None, None, :])
+
 
 LENGTHS = torch.tensor([3, 7, 1, 5])
 MAX_LEN = 7
@@ -19,17 +42,17 @@ def shape_cause(mask, batch, max_len, longest):
     """The cause of a wrong shape, when the shape shows it."""
     shape = tuple(mask.shape)
     if shape == (batch, max_len):
-        return "Return [B, 1, 1, S] so that it broadcasts against scores [B, H, Sq, Sk]."
+        return CAUSES["flat_shape"]
     if shape == (batch, 1, max_len, 1):
-        return "A [B, 1, S, 1] mask would block queries instead of keys."
+        return CAUSES["blocks_queries"]
     if shape[-1:] == (longest,) and longest != max_len:
-        return "Its last axis should have max_len key positions: use the max_len argument, not lengths.max()."
+        return CAUSES["longest_length"]
     return ""
 
 
 def test_depends_on_the_lengths(student):
     """The gate: sequences of different lengths get different masks, each allowing some keys."""
-    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    mask = padding_mask(student, LENGTHS, MAX_LEN)
     checks.require(mask.numel() == len(LENGTHS) * MAX_LEN,
                    f"padding_mask(lengths, {MAX_LEN}) has {mask.numel()} entries for {len(LENGTHS)} sequences of "
                    f"{MAX_LEN} positions.")
@@ -40,7 +63,7 @@ def test_depends_on_the_lengths(student):
 
 
 def test_is_boolean_with_broadcast_shape(student):
-    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    mask = padding_mask(student, LENGTHS, MAX_LEN)
     checks.require(mask.dtype == torch.bool, f"padding_mask returned dtype {mask.dtype}; expected torch.bool.",
                    "Build it from a comparison (positions < lengths), which gives booleans.")
     checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)",
@@ -48,12 +71,12 @@ def test_is_boolean_with_broadcast_shape(student):
 
 
 def test_allows_real_keys_only(student):
-    mask = A.padding_mask(student, LENGTHS, MAX_LEN)
+    mask = padding_mask(student, LENGTHS, MAX_LEN)
     checks.shape(mask, (len(LENGTHS), 1, 1, MAX_LEN), "padding_mask(lengths, max_len)")
     rule = expected(LENGTHS, MAX_LEN)
     checks.close(mask.to(torch.float64), rule.double(), "The padding mask",
                  "Key position j of sequence b is real exactly when j < lengths[b]; True = may attend.",
-                 {name: value.double() for name, value in padding_mask_mistakes(LENGTHS, MAX_LEN).items()},
+                 {name: value.double() for name, value in named_mistakes(LENGTHS, MAX_LEN).items()},
                  Picture.of(f"padding_mask(lengths={LENGTHS.tolist()}, {MAX_LEN}): one row per sequence "
                             "(1 = may attend)", mask[:, 0, 0].double(), rule[:, 0, 0], rows="sequence",
                             yours="your mask"))
@@ -61,7 +84,7 @@ def test_allows_real_keys_only(student):
 
 def test_full_length_allows_every_key(student):
     lengths = torch.tensor([4, 4])
-    mask = A.padding_mask(student, lengths, 4)
+    mask = padding_mask(student, lengths, 4)
     checks.shape(mask, (2, 1, 1, 4), "padding_mask for sequences without padding")
     checks.require(bool(mask.all()), "A sequence as long as max_len has blocked keys.",
                    "True means 'may attend'.")
@@ -69,14 +92,14 @@ def test_full_length_allows_every_key(student):
 
 def test_blocks_keys_not_queries(student):
     lengths = torch.tensor([2, 5, 3])
-    mask = A.padding_mask(student, lengths, 6)
+    mask = padding_mask(student, lengths, 6)
     checks.shape(mask, (3, 1, 1, 6), "padding_mask(lengths, 6)", shape_cause(mask, 3, 6, 5))
 
 
 def test_padded_keys_do_not_change_outputs(student):
     lengths = torch.tensor([3, 6])
     q, k, v = A.qkv((2, A.H), sq=6, sk=6)
-    mask = A.padding_mask(student, lengths, 6)
+    mask = padding_mask(student, lengths, 6)
     checks.require(mask.dtype == torch.bool, "padding_mask does not return a boolean tensor.")
     try:
         output = A.torch_attention(q, k, v, mask)

@@ -6,61 +6,112 @@ equals looping, and the gradients equal finite differences of the student's own 
 wrong scaling fails the value tests (against torch and the reference) and nothing else.
 """
 
+import math
+
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
-from autograder.suites.mistakes import pick, sdpa_mistakes
+from autograder.suites import kit as A
 
-TRANSPOSE_HINT = "Transpose only the last two dimensions of k: k.transpose(-2, -1)."
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "no_scale": "attention without the 1/sqrt(d_k) scaling",
+    "divide_by_d_k": "dividing the scores by d_k instead of sqrt(d_k)",
+    "scale_d_v": "scaling by the value width d_v instead of the key width d_k",
+    "softmax_over_queries": "a softmax over the queries (dim=-2) instead of the keys (dim=-1)",
+    "inverted_mask": "an inverted mask (True treated as blocked, the nn.MultiheadAttention convention)",
+    "mask_after_softmax": "masking after the softmax (the remaining weights no longer sum to 1)",
+    "mask_ignored": "ignoring the mask (is the result of masked_fill assigned back?)",
+    "mask_added": "adding the boolean mask to the scores (True becomes +1) instead of filling the blocked scores "
+                  "with -inf before the softmax",
+    "transpose": "Transpose only the last two dimensions of k: k.transpose(-2, -1) works for any number of "
+                 "leading dimensions.",
+    "same_length": "the code assumes that queries and keys have the same length; here Sq != Sk.",
+    "fully_masked_nan": "A query with no allowed key should get weights 0 and output 0 (as PyTorch 2.13 does); "
+                        "softmax over a row of -inf gives NaN, so replace it (torch.nan_to_num, torch.where).",
+    "overflow": "exp() overflowed: a hand-written softmax must subtract each row's maximum before exp() "
+                "(torch.softmax does this for you).",
+    "dtype": "Avoid hard-coded dtypes (torch.tensor(..., dtype=torch.float32), .float()).",
+    "float32": checks.FLOAT32_HINT,
+    "cut": A.CUT_HINT,
+    "backward_in_place": A.BACKWARD_HINT,
+}
+
+
+def sdpa(student, q, k, v, mask=None, grad_outputs=None):
+    """Call the student's scaled_dot_product_attention; returns ((output, weights), input grads)."""
+    kwargs = {} if mask is None else {"mask": mask}
+    with A.crash_hint(CAUSES["backward_in_place"], A.INPLACE_ERRORS) if grad_outputs is not None else \
+            A.crash_hint([(("is invalid for input of size",), CAUSES["same_length"]),
+                          (("must match the size of tensor", "Dimension out of range"), CAUSES["transpose"])]):
+        reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
+                             grad_outputs=grad_outputs or (), **kwargs)
+    output, weights = checks.pair(reply["output"], "scaled_dot_product_attention")
+    checks.tensor(output, "The output")
+    checks.tensor(weights, "The attention weights")
+    return (output, weights), reply["input_grads"]
+
+
+def named_mistakes(q, k, v, mask=None):
+    """What each named mistake gives: cause text -> (output, weights)."""
+    found = dict(no_scale=A.attention(q, k, v, mask, scale=1.0),
+                 divide_by_d_k=A.attention(q, k, v, mask, scale=1 / q.shape[-1]),
+                 scale_d_v=A.attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1])),
+                 softmax_over_queries=A.attention(q, k, v, mask, dim=-2))
+    if mask is not None:
+        found.update(inverted_mask=A.attention(q, k, v, mask, invert=True),
+                     mask_after_softmax=A.attention(q, k, v, mask, mask_after=True),
+                     mask_ignored=A.attention(q, k, v), mask_added=A.attention(q, k, v, mask, add=True))
+    return A.named(CAUSES, **found)
 
 
 def test_computes_attention(student):
     """The gate: 3-D inputs with as many keys as queries, which every attempt handles."""
     q, k, v = A.qkv((A.B,), sk=A.SQ, seed=40)
-    substance.attention_function(lambda *qkv: A.sdpa(student, *qkv)[0], q, k, v)
+    substance.attention_function(lambda *qkv: sdpa(student, *qkv)[0], q, k, v)
 
 
 def test_shapes_with_any_leading_dims(student):
     for leading in [(), (A.B,), (A.B, A.H), (A.B, 2, A.H)]:
         q, k, v = A.qkv(leading)
-        (output, weights), _ = A.sdpa(student, q, k, v)
+        (output, weights), _ = sdpa(student, q, k, v)
         where = f" for inputs with {len(leading)} leading dimension(s)"
-        checks.shape(output, (*leading, A.SQ, A.D_V), "The output" + where, TRANSPOSE_HINT)
-        checks.shape(weights, (*leading, A.SQ, A.SK), "The weights" + where, TRANSPOSE_HINT)
+        checks.shape(output, (*leading, A.SQ, A.D_V), "The output" + where, CAUSES["transpose"])
+        checks.shape(weights, (*leading, A.SQ, A.SK), "The weights" + where, CAUSES["transpose"])
 
 
 def test_weights_rows_sum_to_one(student):
     q, k, v = A.qkv()
-    (_, weights), _ = A.sdpa(student, q, k, v)
+    (_, weights), _ = sdpa(student, q, k, v)
     checks.shape(weights, (A.B, A.H, A.SQ, A.SK), "The weights")
-    checks.rows_sum_to_one(weights, "Attention weights", mistakes=pick(sdpa_mistakes(q, k, v), 1))
+    checks.rows_sum_to_one(weights, "Attention weights", mistakes=A.pick(named_mistakes(q, k, v), 1))
 
 
 def test_matches_torch_attention(student):
     q, k, v = A.qkv()
-    (output, weights), _ = A.sdpa(student, q, k, v)
-    mistakes = sdpa_mistakes(q, k, v)
-    checks.close(weights, A.torch_weights(q, k), "The attention weights", "", pick(mistakes, 1))
+    (output, weights), _ = sdpa(student, q, k, v)
+    mistakes = named_mistakes(q, k, v)
+    checks.close(weights, A.torch_weights(q, k), "The attention weights", "", A.pick(mistakes, 1))
     checks.close(output, A.torch_attention(q, k, v), "The output",
-                 "The weights are right, so the product with v is not.", pick(mistakes, 0))
+                 "The weights are right, so the product with v is not.", A.pick(mistakes, 0))
 
 
 def test_matches_torch_attention_with_mask(student):
     q, k, v = A.qkv()
     mask = A.random_mask(A.B, A.H, A.SQ, A.SK)
-    (output, _), _ = A.sdpa(student, q, k, v, mask)
+    (output, _), _ = sdpa(student, q, k, v, mask)
     checks.close(output, A.torch_attention(q, k, v, mask), "The output with a mask", "",
-                 pick(sdpa_mistakes(q, k, v, mask), 0))
+                 A.pick(named_mistakes(q, k, v, mask), 0))
 
 
 def test_masked_weights_are_exactly_zero(student):
     q, k, v = A.qkv()
     mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=1)
-    (_, weights), _ = A.sdpa(student, q, k, v, mask)
+    (_, weights), _ = sdpa(student, q, k, v, mask)
     checks.shape(weights, mask.shape, "The weights")
     checks.exactly_zero_where(weights, ~mask, "Weights on blocked keys (mask False)",
-                              mistakes=pick(sdpa_mistakes(q, k, v, mask), 1))
+                              mistakes=A.pick(named_mistakes(q, k, v, mask), 1))
 
 
 def test_masking_equals_dropping_the_keys(student):
@@ -69,18 +120,18 @@ def test_masking_equals_dropping_the_keys(student):
     q, k, v = A.qkv()
     keep = torch.tensor([True, False, True, True, False, True, False])
     mask = keep.expand(A.SQ, A.SK)
-    (masked, _), _ = A.sdpa(student, q, k, v, mask)
-    (dropped, _), _ = A.sdpa(student, q, k[..., keep, :], v[..., keep, :])
+    (masked, _), _ = sdpa(student, q, k, v, mask)
+    (dropped, _), _ = sdpa(student, q, k[..., keep, :], v[..., keep, :])
     checks.same(masked, dropped, "The output with some keys masked, against your own output without "
-                "those keys", mistakes=pick(sdpa_mistakes(q, k, v, mask), 0))
+                "those keys", mistakes=A.pick(named_mistakes(q, k, v, mask), 0))
 
 
 def test_mask_broadcasts_over_batch_and_heads(student):
     q, k, v = A.qkv()
     for mask, kind in [(A.random_mask(A.SQ, A.SK, seed=2), "[Sq, Sk]"),
                        (A.random_mask(A.B, 1, 1, A.SK, seed=3), "[B, 1, 1, Sk]")]:
-        (output, _), _ = A.sdpa(student, q, k, v, mask)
-        (expanded, _), _ = A.sdpa(student, q, k, v, mask.expand(A.B, A.H, A.SQ, A.SK).clone())
+        (output, _), _ = sdpa(student, q, k, v, mask)
+        (expanded, _), _ = sdpa(student, q, k, v, mask.expand(A.B, A.H, A.SQ, A.SK).clone())
         checks.same(output, expanded, f"The output with a {kind} mask, against your own output with the "
                     "mask expanded to [B, H, Sq, Sk]",
                      "Let the mask broadcast against the scores (masked_fill and torch.where do).")
@@ -90,9 +141,8 @@ def test_fully_masked_row_gives_zeros(student):
     q, k, v = A.qkv()
     mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=4)
     mask[:, :, 0] = False  # the first query may attend to nothing
-    (output, weights), _ = A.sdpa(student, q, k, v, mask)
-    hint = ("A query with no allowed key should get weights 0 and output 0 (as PyTorch 2.13 does); "
-            "softmax over a row of -inf gives NaN, so replace it (torch.nan_to_num, torch.where).")
+    (output, weights), _ = sdpa(student, q, k, v, mask)
+    hint = CAUSES["fully_masked_nan"]
     checks.finite(weights, "The weights", hint)
     checks.finite(output, "The output", hint)
     checks.close(weights[:, :, 0], torch.zeros_like(weights[:, :, 0]), "The weights of the fully masked row")
@@ -102,9 +152,8 @@ def test_fully_masked_row_gives_zeros(student):
 def test_large_scores_stay_finite(student):
     q, k, v = A.qkv(dtype=torch.float32, seed=8)
     q = q * 300  # scores in the thousands: exp() overflows float32 unless the maximum is subtracted
-    (output, weights), _ = A.sdpa(student, q, k, v)
-    hint = ("exp() overflowed: a hand-written softmax must subtract each row's maximum before exp() "
-            "(torch.softmax does this for you).")
+    (output, weights), _ = sdpa(student, q, k, v)
+    hint = CAUSES["overflow"]
     checks.finite(weights, "The weights for large scores", hint)
     checks.finite(output, "The output for large scores", hint)
 
@@ -112,8 +161,8 @@ def test_large_scores_stay_finite(student):
 def test_keeps_float32_and_float64(student):
     for dtype in (torch.float32, torch.float64):
         q, k, v = A.qkv(dtype=dtype)
-        (output, weights), _ = A.sdpa(student, q, k, v)
-        hint = "Avoid hard-coded dtypes (torch.tensor(..., dtype=torch.float32), .float())."
+        (output, weights), _ = sdpa(student, q, k, v)
+        hint = CAUSES["dtype"]
         checks.dtype(output, dtype, "The output", hint)
         checks.dtype(weights, dtype, "The weights", hint)
 
@@ -122,9 +171,9 @@ def test_batching_equals_looping(student):
     """Each (batch, head) slice is attended on its own: the batched call must equal the student's
     own calls on the 2-D slices."""
     q, k, v = A.qkv(seed=9)
-    (batched, _), _ = A.sdpa(student, q, k, v)
+    (batched, _), _ = sdpa(student, q, k, v)
     for b, h in [(0, 0), (A.B - 1, A.H - 1)]:
-        (alone, _), _ = A.sdpa(student, q[b, h], k[b, h], v[b, h])
+        (alone, _), _ = sdpa(student, q[b, h], k[b, h], v[b, h])
         checks.same(batched[b, h], alone, f"The output of batch {b}, head {h}, against your own call on "
                     "that slice alone", "Only the last two dimensions may mix: the others are batch dimensions.")
 
@@ -134,15 +183,15 @@ def test_gradients_reach_q_k_v(student):
     q, k, v = A.qkv()
     mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=5)
     upstream = [A.randn(A.B, A.H, A.SQ, A.D_V, seed=20), A.randn(A.B, A.H, A.SQ, A.SK, seed=21)]
-    _, grads = A.sdpa(student, q, k, v, mask, grad_outputs=upstream)
+    _, grads = sdpa(student, q, k, v, mask, grad_outputs=upstream)
 
     def loss(*inputs):
-        (output, weights), _ = A.sdpa(student, *inputs, mask)
+        (output, weights), _ = sdpa(student, *inputs, mask)
         return float((output * upstream[0]).sum() + (weights * upstream[1]).sum())
 
     inputs = [q, k, v]
     for index, (name, got) in enumerate(zip("qkv", grads)):
-        checks.require(got is not None, f"No gradient reaches {name}.", A.CUT_HINT)
+        checks.require(got is not None, f"No gradient reaches {name}.", CAUSES["cut"])
         direction = A.randn(*inputs[index].shape, seed=30 + index)
         step = 1e-3
         plus, minus = list(inputs), list(inputs)
@@ -157,10 +206,10 @@ def test_gradients_reach_q_k_v(student):
 def test_matches_reference_solution(student, reference):
     q, k, v = A.qkv(leading=(A.B,), dtype=torch.float32, seed=7)
     mask = A.tril(A.SQ, A.SK)
-    (output, weights), _ = A.sdpa(student, q, k, v, mask)
+    (output, weights), _ = sdpa(student, q, k, v, mask)
     want_output, want_weights = reference["scaled_dot_product_attention"](q, k, v, mask=mask)
-    mistakes = sdpa_mistakes(q, k, v, mask)
+    mistakes = named_mistakes(q, k, v, mask)
     checks.close(weights, want_weights, "The float32 weights (3-D inputs, causal mask)", "",
-                 pick(mistakes, 1))
+                 A.pick(mistakes, 1))
     checks.close(output, want_output, "The float32 output (3-D inputs, causal mask)", "",
-                 pick(mistakes, 0))
+                 A.pick(mistakes, 0))

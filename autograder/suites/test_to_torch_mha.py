@@ -1,17 +1,30 @@
 """Hidden tests for to_torch_mha(module) -> nn.MultiheadAttention with the module's weights.
 
-The module handed to to_torch_mha is built by the grader (adapters.mha_stand_in: the attributes
+The module handed to to_torch_mha is built by the grader (kit.mha_stand_in: the attributes
 and layers MultiHeadAttention's statement promises), so a slip in the student's own
 MultiHeadAttention costs points in that exercise only."""
 
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import adapters as A
+from autograder.suites import kit as A
 
 # float32 unless a test says otherwise: the dtype has its own test.
 DTYPE = torch.float32
 TORCH_MHA = "torch.nn.modules.activation.MultiheadAttention"
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "keys_first": "stacking keys before queries (the order is queries, keys, values)",
+    "nothing_copied": "leaving nn.MultiheadAttention's own initial values (nothing was copied)",
+    "create": "Create nn.MultiheadAttention(d_model, num_heads, batch_first=True) and return it.",
+    "batch_first": "Our tensors are [B, S, D]: pass batch_first=True.",
+    "sizes": "Use the module's d_model and num_heads.",
+    "bias_on": "Pass bias=True to nn.MultiheadAttention when the module has biases.",
+    "bias_off": "Pass bias=False to nn.MultiheadAttention when the module has none.",
+    "dtype": "Create nn.MultiheadAttention with dtype=module.W_q.weight.dtype.",
+}
+
 
 def converted(student, bias=True, seed=10, dtype=DTYPE):
     """Convert a MultiHeadAttention with known weights; returns (the weights used, the
@@ -22,7 +35,7 @@ def converted(student, bias=True, seed=10, dtype=DTYPE):
     result = reply["outputs"][0]
     checks.require(isinstance(result, dict) and result.get("class") == TORCH_MHA,
                    "to_torch_mha did not return an nn.MultiheadAttention.",
-                   "Create nn.MultiheadAttention(d_model, num_heads, batch_first=True) and return it.")
+                   CAUSES["create"])
     return params, result
 
 
@@ -38,9 +51,8 @@ def rebuilt(result):
 def stacking_mistakes(params, part):
     """description -> the stacked in_proj_<part> of a mistaken conversion."""
     q, k, v = (params[f"{name}.{part}"] for name in A.PROJECTIONS[:3])
-    return {"stacking keys before queries (the order is queries, keys, values)": torch.cat([k, q, v]),
-            "leaving nn.MultiheadAttention's own initial values (nothing was copied)":
-                torch.zeros_like(torch.cat([q, k, v])) if part == "bias" else None}
+    return A.named(CAUSES, keys_first=torch.cat([k, q, v]),
+                   nothing_copied=torch.zeros_like(torch.cat([q, k, v])) if part == "bias" else None)
 
 
 def test_copies_the_modules_weights(student):
@@ -57,10 +69,10 @@ def test_returns_batch_first_multihead_attention(student):
     _, result = converted(student)
     attributes = result["attributes"]
     checks.require(attributes.get("batch_first") is True, "The returned module has batch_first=False.",
-                   "Our tensors are [B, S, D]: pass batch_first=True.")
+                   CAUSES["batch_first"])
     checks.require(attributes.get("embed_dim") == A.D_MODEL and attributes.get("num_heads") == A.H,
                    "The returned module has the wrong embed_dim or num_heads.",
-                   "Use the module's d_model and num_heads.")
+                   CAUSES["sizes"])
 
 
 def test_stacks_input_projections(student):
@@ -71,7 +83,7 @@ def test_stacks_input_projections(student):
                  stacking_mistakes(params, "weight"))
     want_bias = torch.cat([params[f"{name}.bias"] for name in A.PROJECTIONS[:3]])
     checks.require("in_proj_bias" in result["state"], "The returned module has no in_proj_bias, but the module "
-                   "has biases.", "Pass bias=True to nn.MultiheadAttention when the module has biases.")
+                   "has biases.", CAUSES["bias_on"])
     checks.close(result["state"]["in_proj_bias"].to(DTYPE), want_bias, "in_proj_bias", "",
                  stacking_mistakes(params, "bias"))
 
@@ -96,7 +108,7 @@ def test_without_bias(student):
     params, result = converted(student, bias=False, seed=30)
     checks.require("in_proj_bias" not in result["state"],
                    "The module has no biases, but the returned nn.MultiheadAttention has some.",
-                   "Pass bias=False to nn.MultiheadAttention when the module has none.")
+                   CAUSES["bias_off"])
     checks.require("in_proj_weight" in result["state"] and "out_proj.weight" in result["state"],
                    "The returned module has no in_proj_weight or out_proj.weight.")
 
@@ -105,4 +117,4 @@ def test_keeps_the_modules_dtype(student):
     _, result = converted(student, dtype=torch.float64, seed=40)
     checks.require("in_proj_weight" in result["state"], "The returned module has no in_proj_weight.")
     checks.dtype(result["state"]["in_proj_weight"], torch.float64, "in_proj_weight of a float64 module",
-                 "Create nn.MultiheadAttention with dtype=module.W_q.weight.dtype.")
+                 CAUSES["dtype"])

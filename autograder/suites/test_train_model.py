@@ -7,9 +7,51 @@ believed when the last one agrees with the loss of the parameters that came back
 """
 
 import torch
+import torch.nn.functional as F
 
 from autograder.harness import checks
-from autograder.suites import adapters as A
+from autograder.suites import kit as A
+
+
+def trained_pattern_model(student, reference, num_heads, steps, sequences):
+    """Train the notebook's PatternModel with the student's train_model (once per submission);
+    returns (reported losses, a reference PatternModel holding the trained parameters, the batch)."""
+    key = ("trained_pattern_model", num_heads, steps, sequences)
+    if key not in student.memo:
+        inputs, targets = reference["make_pattern_data"](sequences, seed=1000)
+        reply = A.run_module(student, "PatternModel", (num_heads,), train=True, dtype=None,
+                           functions=[("train_model", (inputs, targets), {"steps": steps, "lr": 1e-2})])
+        model = reference["PatternModel"](num_heads)
+        trained = reply["parameters"]
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                checks.require(name in trained, f"The trained model has no parameter {name}.",
+                               "Keep the parameter names of PatternModel and CausalSelfAttention.")
+                checks.shape(trained[name], parameter.shape, f"The trained parameter {name}")
+                parameter.copy_(trained[name])
+        student.memo[key] = (reply["outputs"][0], model, (inputs, targets))
+    return student.memo[key]
+
+
+def pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.reshape(-1)):
+    """The training loss of a PatternModel on a batch, computed here (never taken from the student)."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(inputs)[0]
+        return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), flatten_targets(targets)))
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "crossed": "It matches the loss with logits and targets flattened in different orders: flatten both the "
+               "same way.",
+    "unmoved": "The parameters did not move: no optimiser step ever saw a gradient (optimizer.step() is "
+               "missing, or zero_grad() runs between backward() and step()).",
+    "tensor_losses": "Append loss.item(): a tensor keeps the whole computation graph of its step alive.",
+    "lr": "Pass lr to the optimiser: torch.optim.Adam(model.parameters(), lr=lr).",
+    "return_list": "Append loss.item() after every step and return the list.",
+    "one_per_step": "Record one loss per optimiser step.",
+}
 
 STEPS = 40
 SEQUENCES = 128
@@ -19,11 +61,11 @@ THRESHOLD = 0.9  # a correct loop reaches about 1.0 within 40 steps
 def losses_of(student, reference, num_heads=4, believed=True):
     """(reported losses, the trained model, its loss recomputed here); with `believed`, the last
     reported loss must agree with the recomputed one."""
-    losses, model, (inputs, targets) = A.trained_pattern_model(student, reference, num_heads, STEPS, SEQUENCES)
+    losses, model, (inputs, targets) = trained_pattern_model(student, reference, num_heads, STEPS, SEQUENCES)
     if isinstance(losses, torch.Tensor):
         losses = losses.tolist()
     checks.require(isinstance(losses, (list, tuple)), f"train_model returned {type(losses).__name__}, "
-                   "not a list of losses.", "Append loss.item() after every step and return the list.")
+                   "not a list of losses.", CAUSES["return_list"])
     values = []
     for loss in losses:
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
@@ -31,11 +73,10 @@ def losses_of(student, reference, num_heads=4, believed=True):
         checks.require(isinstance(loss, (int, float)), "train_model's list holds something other than numbers.",
                        "Append loss.item(), a float.")
         values.append(float(loss))
-    checks.require(values, "train_model returned an empty list.", "Record one loss per optimiser step.")
-    actual = A.pattern_loss(model, inputs, targets)
+    checks.require(values, "train_model returned an empty list.", CAUSES["one_per_step"])
+    actual = pattern_loss(model, inputs, targets)
     if believed and not agrees(values[-1], actual):
-        cause = ("It matches the loss with logits and targets flattened in different orders: flatten both "
-                 "the same way." if agrees(values[-1], crossed_loss(model, inputs, targets)) else "")
+        cause = CAUSES["crossed"] if agrees(values[-1], crossed_loss(model, inputs, targets)) else ""
         raise checks.Feedback(f"The last loss train_model reported is {values[-1]:.3f}, but the parameters it "
                               f"left in the model give a loss of {actual:.3f} on the same batch.", cause)
     return values, model, actual
@@ -43,7 +84,7 @@ def losses_of(student, reference, num_heads=4, believed=True):
 
 def crossed_loss(model, inputs, targets):
     """The loss of a loop that flattens logits and targets in different orders."""
-    return A.pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
+    return pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.T.reshape(-1))
 
 
 def agrees(reported, recomputed):
@@ -59,8 +100,7 @@ def unmoved(student, model, num_heads):
     """The cause, when the trained parameters are still the initial ones."""
     initial = A.run_module(student, "PatternModel", (num_heads,), train=True, dtype=None)["parameters"]
     if not moved(initial, model.state_dict()):
-        return ("The parameters did not move: no optimiser step ever saw a gradient (optimizer.step() is "
-                "missing, or zero_grad() runs between backward() and step()).")
+        return CAUSES["unmoved"]
     return ""
 
 
@@ -72,7 +112,7 @@ def held_out_accuracy(reference, model):
 def test_trains_the_model(student, reference):
     """The gate: train_model changes the model's parameters, or at least reports the model's losses."""
     values, model, actual = losses_of(student, reference, believed=False)
-    inputs, targets = A.trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[2]
+    inputs, targets = trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[2]
     reported = agrees(values[-1], actual) or agrees(values[-1], crossed_loss(model, inputs, targets))
     checks.require(reported or not unmoved(student, model, 4),
                    f"train_model left the parameters where they started and its last reported loss "
@@ -82,11 +122,11 @@ def test_trains_the_model(student, reference):
 def test_returns_one_loss_per_step(student, reference):
     losses, _, _ = losses_of(student, reference, believed=False)
     checks.require(len(losses) == STEPS, f"train_model(..., steps={STEPS}) returned {len(losses)} losses.",
-                   "Record one loss per optimiser step.")
-    reported = A.trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[0]
+                   CAUSES["one_per_step"])
+    reported = trained_pattern_model(student, reference, 4, STEPS, SEQUENCES)[0]
     kinds = sorted({type(loss).__name__ for loss in reported if type(loss) is not float})
     checks.require(not kinds, f"The losses should be Python floats, but some are {', '.join(kinds)}.",
-                   "Append loss.item(): a tensor keeps the whole computation graph of its step alive.")
+                   CAUSES["tensor_losses"])
 
 
 def test_uses_the_learning_rate(student, reference):
@@ -100,14 +140,14 @@ def test_uses_the_learning_rate(student, reference):
                            functions=[("train_model", (inputs, targets), {"steps": 3, "lr": 0.0})])["parameters"]
     changed = moved(untouched, trained)
     checks.require(not changed, f"train_model(..., lr=0.0) changed the parameters ({', '.join(changed[:3])}...).",
-                   "Pass lr to the optimiser: torch.optim.Adam(model.parameters(), lr=lr).")
+                   CAUSES["lr"])
 
 
 def test_loss_decreases(student, reference):
     _, model, final = losses_of(student, reference)
     inputs, targets = reference["make_pattern_data"](SEQUENCES, seed=1000)
     torch.manual_seed(0)
-    initial = A.pattern_loss(reference["PatternModel"](4), inputs, targets)
+    initial = pattern_loss(reference["PatternModel"](4), inputs, targets)
     if final >= 0.6 * initial:  # the cause is looked for only when there is a failure to explain
         raise checks.Feedback(f"The training loss went from about {initial:.2f} (an untrained model) to "
                               f"{final:.2f} (the returned parameters); a correct loop roughly divides it by three.",

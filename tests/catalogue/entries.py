@@ -1,0 +1,36 @@
+"""The three kinds of catalogue entry: answers as students write them.
+
+A Mistake must lose points on its exercise only in the tests named in `fails` (the properties it
+breaks), with feedback that gives its cause, CAUSES[cause] of the exercise's suite, and no other
+mistake's cause.  A Variant is correct, written differently from the reference solution, and
+must get full marks.  A Degenerate answer keeps the shapes and the structure but computes nothing
+the exercise is about; it must earn at most DEGENERATE_SHARE of its exercise.
+"""
+
+from dataclasses import dataclass
+
+DEGENERATE_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str
+    cause: str            # a key of CAUSES in the exercise's suite module
+    fails: tuple          # the tests it may fail (names without test_)
+    code: str
+    also_fails: tuple = ()  # known debt: tests it still fails although their property holds
+    exercise: str = ""      # filled in from the module that lists it
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    code: str
+    exercise: str = ""
+
+
+@dataclass(frozen=True)
+class Degenerate:
+    name: str
+    code: str
+    exercise: str = ""

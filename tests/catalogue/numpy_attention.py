@@ -1,0 +1,71 @@
+"""The catalogue of numpy_attention: its mistakes (with the cause each must be named by, a key of
+CAUSES in autograder/suites/test_numpy_attention.py, and the tests it may fail), correct variants and
+degenerate answers."""
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant
+
+
+MISTAKES = [
+    Mistake("K.T on batched inputs", "swap_axes",
+            fails=("matches_torch_with_batch_dimensions", "shapes_with_batch_dimensions"),
+            code='''def attention(Q, K, V):
+    weights = softmax(Q @ K.T / np.sqrt(Q.shape[-1]))
+    return weights @ V, weights
+'''),
+    Mistake("no scaling", "no_scale",
+            fails=("matches_torch_attention", "matches_torch_with_batch_dimensions"),
+            code='''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2))
+    return weights @ V, weights
+'''),
+    Mistake("softmax over the queries", "softmax_over_queries",
+            fails=("matches_torch_attention", "matches_torch_with_batch_dimensions", "weights_rows_sum_to_one"),
+            also_fails=("survives_large_scores",),
+            code='''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]), axis=0)
+    return weights @ V, weights
+'''),
+    Mistake("scaled by the value width", "scale_d_v",
+            fails=("matches_torch_attention", "matches_torch_with_batch_dimensions"),
+            code='''def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(V.shape[-1]))
+    return weights @ V, weights
+'''),
+    Mistake("naive softmax inline", "unstable",
+            fails=("survives_large_scores",),
+            code='''def attention(Q, K, V):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    weights = np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+'''),
+]
+
+
+VARIANTS = [
+    Variant("einsum", '''def attention(Q, K, V):
+    scores = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
+    weights = softmax(scores, axis=-1)
+    return np.einsum("...qk,...kd->...qd", weights, V), weights
+'''),
+]
+
+
+DEGENERATES = [
+    Degenerate("uniform weights", '''def attention(Q, K, V):
+    weights = np.ones(Q.shape[:-1] + (K.shape[-2],)) / K.shape[-2]
+    return weights @ V, weights
+'''),
+    Degenerate("zeros", '''def attention(Q, K, V):
+    return np.zeros(Q.shape[:-1] + (V.shape[-1],)), np.zeros(Q.shape[:-1] + (K.shape[-2],))
+'''),
+    Degenerate("NaN", '''def attention(Q, K, V):
+    return np.full(Q.shape[:-1] + (V.shape[-1],), np.nan), np.full(Q.shape[:-1] + (K.shape[-2],), np.nan)
+'''),
+    Degenerate("scores that ignore the queries", '''def attention(Q, K, V):
+    weights = softmax(np.ones_like(Q) @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]))
+    return weights @ V, weights
+'''),
+    Degenerate("returns the values", '''def attention(Q, K, V):
+    return V, softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]))
+'''),
+]
