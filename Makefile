@@ -20,7 +20,7 @@ GRADE_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup sandbox grade report test check release sample-class bench merge student-kit gradescope \
+.PHONY: setup sandbox grade report test check exercise release sample-class bench merge student-kit gradescope \
         push-collect push-post lms clean-demo
 
 setup: $(VENV)/.installed sandbox
@@ -70,6 +70,11 @@ sample-class: setup
 check: setup
 	@test -n "$(EXERCISE)" || { echo "usage: make check EXERCISE=<exercise id from course.yml>"; exit 2; }
 	$(PYTHON) -m tests.check $(EXERCISE)
+
+## Scaffold a new exercise: its notebook cells, course.yml entry, suite module and catalogue module.
+exercise: setup
+	@test -n "$(ID)" -a -n "$(ASSIGNMENT)" -a -n "$(FUNCTION)" || { echo "usage: make exercise ID=<id> ASSIGNMENT=<assignment> FUNCTION=<name> [TITLE=...]"; exit 2; }
+	$(GRADER) new-exercise $(ID) --assignment $(ASSIGNMENT) --function $(FUNCTION) $(if $(TITLE),--title "$(TITLE)")
 
 ## Grade a 204-notebook class with nbgrader autograde and with make grade, side by side.
 bench: setup

@@ -260,6 +260,14 @@ def _release(args, course):
     return 0
 
 
+def _new_exercise(args, course):
+    from autograder.scaffold import scaffold
+    for path in scaffold(args.id, args.assignment, args.function, args.title, args.notebook, course.root):
+        print(f"wrote {path.relative_to(course.root)}")
+    print(f"next: fill in the TODOs, then make release ASSIGNMENT={args.assignment} && make check EXERCISE={args.id}")
+    return 0
+
+
 def parser():
     main = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     main.add_argument("--course", default=None, help="path to course.yml (default: the repository's)")
@@ -334,6 +342,14 @@ def parser():
     report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
     report.add_argument("--out", default="grading", help="the folder grade-class wrote")
     report.set_defaults(run=_report)
+
+    new = commands.add_parser("new-exercise", help="scaffold an exercise: notebook cells, course.yml, suite, catalogue")
+    new.add_argument("id", help="the exercise id (its answer cell's grade_id)")
+    new.add_argument("--assignment", required=True, help="an assignment of course.yml, or a new one")
+    new.add_argument("--function", required=True, help="the student function the exercise asks for")
+    new.add_argument("--title", default=None)
+    new.add_argument("--notebook", default=None, help="the notebook (default: named as the assignment)")
+    new.set_defaults(run=_new_exercise)
 
     release = commands.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader")
     release.add_argument("--assignment", action="append")

@@ -23,6 +23,8 @@ from alembic.script import ScriptDirectory
 from nbgrader import api
 from nbgrader.plugins import LateSubmissionPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+from traitlets.config import Configurable
 
 from autograder.pictures import Picture, png_base64
 from autograder.scoring import late_penalty
@@ -80,14 +82,27 @@ def annotate(nb, notebook_result):
     return nb
 
 
-class HiddenSuites(NbGraderPreprocessor):
+class CourseFile(Configurable):
+    """The course both hooks grade by: course.yml, read once per nbgrader command (nbgrader_config.py
+    may point `c.CourseFile.course_file` elsewhere)."""
+
+    course_file = Unicode("", help="course.yml of the course (default: the one beside autograder/)").tag(config=True)
+
+    @property
+    def course(self):
+        if not hasattr(self, "_course"):
+            from autograder.course import load_course
+            self._course = load_course(self.course_file or None)
+        return self._course
+
+
+class HiddenSuites(NbGraderPreprocessor, CourseFile):
     """nbgrader preprocessor: grade the notebook with the hidden suites (in place of Execute)."""
 
     def preprocess(self, nb, resources):
-        from autograder.course import load_course
         from autograder.grading import open_grader
 
-        course = load_course()
+        course = self.course
         assignment = course.assignment(resources["nbgrader"]["assignment"])
         name = resources["nbgrader"]["notebook"]
         with tempfile.TemporaryDirectory() as folder:
@@ -100,9 +115,8 @@ class HiddenSuites(NbGraderPreprocessor):
         return annotate(nb, graded), resources
 
 
-class CourseLatePolicy(LateSubmissionPlugin):
-    """nbgrader's late-submission plugin, applying course.yml's late policy."""
+class CourseLatePolicy(LateSubmissionPlugin, CourseFile):
+    """nbgrader's late-submission plugin, applying the course's late policy."""
 
     def late_submission_penalty(self, student_id, score, total_seconds_late):
-        from autograder.course import load_course
-        return late_penalty(score, total_seconds_late, load_course().late_policy)
+        return late_penalty(score, total_seconds_late, self.course.late_policy)

@@ -1,0 +1,192 @@
+"""`make exercise ID=... ASSIGNMENT=... FUNCTION=...`: the four files of a new exercise, ready to fill in.
+
+An exercise is one unit; this writes each of its parts where it belongs, with the names filled in
+and TODOs where only its author knows what to write:
+
+  solutions/<assignment>/<notebook>.ipynb   its statement, answer cell (grade_id = the exercise id)
+                                            and visible self-check (check_<id>), with nbgrader's metadata
+  course.yml                                its entry: suite, gate, basic tests, points
+  autograder/suites/test_<id>.py            its calls into student code, CAUSES, gate and tests
+  tests/catalogue/<id>.py                   its mistakes, correct variants and degenerate answers
+
+It refuses, before writing anything, when the id is taken or any of these files exists.  Then
+`make release ASSIGNMENT=...` makes the student version and `make check EXERCISE=<id>` grades the
+reference, the stub and the catalogue.
+"""
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import CourseError, load_course
+
+SUITE = '''"""Hidden tests for {function}(x) -> TODO: the statement's signature."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.suites import kit as A
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {{
+    "doubled": "doubling x (TODO: each mistake's cause, in the words the student will read)",
+}}
+
+
+def {function}(student, x):
+    """Call the student's {function}; check the reply's form."""
+    return checks.tensor(student.call("{function}", x)["output"], "{function}(x)")
+
+
+def named_mistakes(x):
+    """What each named mistake gives for x: cause text -> value (TODO: recompute each one)."""
+    return A.named(CAUSES, doubled=2 * x)
+
+
+def test_gate(student, reference):
+    """The gate: a property every real attempt has and no degenerate answer does (TODO)."""
+    x = A.randn(A.B, A.SQ, A.D_K, seed=1)
+    result = {function}(student, x)
+    checks.require(bool(torch.isfinite(result).all()) and not torch.equal(result, torch.zeros_like(result)),
+                   "{function}(x) returns zeros or non-finite values, so it does not compute anything yet.")
+
+
+def test_shape(student):
+    x = A.randn(A.B, A.SQ, A.D_K, seed=2)
+    checks.shape({function}(student, x), x.shape, "{function}(x)")
+
+
+def test_matches_reference_solution(student, reference):
+    x = A.randn(A.B, A.SQ, A.D_K, seed=3)
+    checks.close({function}(student, x), reference["{function}"](x), "{function}(x)", "", named_mistakes(x))
+'''
+
+CATALOGUE = '''"""The catalogue of {exercise}: its mistakes (with the cause each must be named by, a key of
+CAUSES in autograder/suites/test_{exercise}.py, and the tests it may fail), correct variants and
+degenerate answers.  TODO: the mistakes students really make, each with its own cause."""
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant
+
+MISTAKES = [
+    Mistake("doubles its input", "doubled",
+            fails=("matches_reference_solution",),
+            code=\'\'\'def {function}(x):
+    return 2 * x
+\'\'\'),
+]
+
+
+VARIANTS = [
+    Variant("the reference written another way (TODO)", \'\'\'def {function}(x):
+    return x.clone()
+\'\'\'),
+]
+
+
+DEGENERATES = [
+    Degenerate("zeros", \'\'\'def {function}(x):
+    return torch.zeros_like(x)
+\'\'\'),
+]
+'''
+
+ENTRY = '''          - id: {exercise}
+            title: {title}
+            suite: test_{exercise}.py
+            gate: test_gate
+            basic: [test_shape]
+            points:
+              test_shape: 1
+              test_matches_reference_solution: 4
+'''
+
+ASSIGNMENT = '''
+  - id: {assignment}
+    release: {release}
+    due: {due}
+    title: {title}
+    notebooks:
+      - name: {notebook}
+        exercises:
+'''
+
+
+def cells(exercise, function, title, points):
+    """The statement, answer and visible self-check cells, with nbgrader's metadata."""
+    def meta(grade_id, **flags):
+        return {"nbgrader": {"grade": False, "solution": False, "locked": True, "task": False,
+                             "schema_version": 3, "grade_id": grade_id, **flags}}
+    return [
+        nbformat.v4.new_markdown_cell(f"## {title}\n\nTODO: why this matters, a picture, then the statement: "
+                                      f"`{function}(x)`, its arguments, shapes and dtypes."),
+        nbformat.v4.new_code_cell(f'def {function}(x):\n    """TODO: the statement, with shapes in comments."""\n'
+                                  "    ### BEGIN SOLUTION\n    return x.clone()\n    ### END SOLUTION",
+                                  metadata=meta(exercise, solution=True, locked=False)),
+        nbformat.v4.new_code_cell(f"# A visible self-check (the hidden tests grade more than this).\n"
+                                  f"x = torch.randn(2, 3, 4)\nassert {function}(x).shape == x.shape\n"
+                                  f'print("{function}: the shape is right")',
+                                  metadata=meta(f"check_{exercise}", grade=True, points=float(points))),
+    ]
+
+
+def add_to_course_yml(text, exercise, assignment, notebook, title, course):
+    """course.yml with the exercise's entry at the end of its notebook's exercises (the notebook
+    and the assignment are added when new); comments and order are kept."""
+    entry = ENTRY.format(exercise=exercise, title=title)
+    known = {a.id: a for a in course.assignments}
+    if assignment not in known:
+        last = course.assignments[-1]
+        block = ASSIGNMENT.format(assignment=assignment, notebook=notebook, title=title,
+                                  release=last.due.isoformat(), due=(last.due + timedelta(days=14)).isoformat())
+        return text.rstrip("\n") + "\n" + block + entry
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if re.match(rf"\s*- id: {re.escape(assignment)}\s*$", line))
+    names = [i for i in range(start + 1, len(lines)) if re.match(r"\s*- name: ", lines[i])]
+    ends = [i for i in range(start + 1, len(lines)) if re.match(r"  - id: ", lines[i]) or re.match(r"\S", lines[i])]
+    end = ends[0] if ends else len(lines)
+    ours = [i for i in names if i < end and lines[i].split("- name:")[1].strip() == notebook]
+    if not ours:
+        block = f"      - name: {notebook}\n        exercises:\n" + entry
+        return "".join(lines[:end]).rstrip("\n") + "\n" + block + "\n" + "".join(lines[end:])
+    following = [i for i in names if ours[0] < i < end]
+    stop = following[0] if following else end
+    while stop > ours[0] and not lines[stop - 1].strip():
+        stop -= 1
+    return "".join(lines[:stop]) + entry + "".join(lines[stop:])
+
+
+def scaffold(exercise, assignment, function, title=None, notebook=None, root=None):
+    """Write the four parts of a new exercise; returns the paths written."""
+    course = load_course(Path(root) / "course.yml" if root else None)
+    root = course.root
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", exercise) or not function.isidentifier():
+        raise CourseError(f"{exercise!r} / {function!r}: an exercise id is lower_snake_case and the function a "
+                          "Python name")
+    if any(ex.id == exercise for a in course.assignments for ex in a.exercises):
+        raise CourseError(f"course.yml already has an exercise {exercise}")
+    title = title or f"{function}"
+    notebook = notebook or assignment
+    paths = {"suite": root / "autograder" / "suites" / f"test_{exercise}.py",
+             "catalogue": root / "tests" / "catalogue" / f"{exercise}.py"}
+    taken = [str(path.relative_to(root)) for path in paths.values() if path.exists()]
+    if taken:
+        raise CourseError(f"{', '.join(taken)} already exists; nothing was written")
+    notebook_path = root / "solutions" / assignment / f"{notebook}.ipynb"
+    if notebook_path.exists():
+        nb = nbformat.read(notebook_path, as_version=4)
+    else:
+        nb = nbformat.v4.new_notebook()
+        nb.cells.append(nbformat.v4.new_code_cell("import torch", metadata={"nbgrader": {
+            "grade": False, "solution": False, "locked": True, "task": False, "schema_version": 3,
+            "grade_id": f"setup_{exercise}"}}))
+    nb.cells += cells(exercise, function, title, points=5)
+    course_yml = root / "course.yml"
+    text = add_to_course_yml(course_yml.read_text(), exercise, assignment, notebook, title, course)
+    notebook_path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, notebook_path)
+    course_yml.write_text(text)
+    paths["suite"].write_text(SUITE.format(function=function))
+    paths["catalogue"].write_text(CATALOGUE.format(exercise=exercise, function=function))
+    return [notebook_path, course_yml, *paths.values()]

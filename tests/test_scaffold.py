@@ -1,0 +1,62 @@
+"""`make exercise`: a new exercise's four parts, written where they belong and consistent with each other."""
+
+import shutil
+
+import nbformat
+import pytest
+import yaml
+
+from autograder.course import CourseError, load_course
+from autograder.scaffold import scaffold
+from tests.notebooks import ROOT
+
+
+@pytest.fixture
+def course_copy(tmp_path):
+    for part in ("course.yml", "solutions"):
+        source = ROOT / part
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
+    for folder in ("autograder/suites", "tests/catalogue"):
+        (tmp_path / folder).mkdir(parents=True)
+    return tmp_path
+
+
+def assignments(root):
+    """course.yml as written (its suites live in the copy, which load_course does not look in)."""
+    return {raw["id"]: raw for raw in yaml.safe_load((root / "course.yml").read_text())["assignments"]}
+
+
+def test_new_exercise_in_an_existing_notebook(course_copy):
+    before = load_course(course_copy / "course.yml")
+    written = scaffold("scaled_copy", "kv_cache", "scaled_copy", "a copy", root=course_copy)
+    exercises = assignments(course_copy)["kv_cache"]["notebooks"][0]["exercises"]
+    assert [ex["id"] for ex in exercises] == [ex.id for ex in before.assignment("kv_cache").exercises] + ["scaled_copy"]
+    new = exercises[-1]
+    assert (new["suite"], new["gate"], sum(new["points"].values())) == ("test_scaled_copy.py", "test_gate", 5)
+    nb = nbformat.read(course_copy / "solutions/kv_cache/kv_cache.ipynb", as_version=4)
+    ids = [cell.metadata.get("nbgrader", {}).get("grade_id") for cell in nb.cells]
+    assert ids[-2:] == ["scaled_copy", "check_scaled_copy"]
+    assert nb.cells[-1].metadata["nbgrader"]["points"] == 5
+    assert "### BEGIN SOLUTION" in nb.cells[-2].source
+    for path in written[2:]:  # the suite and the catalogue module are Python that names the function
+        compile(path.read_text(), str(path), "exec")
+        assert "scaled_copy" in path.read_text()
+    assert (course_copy / "course.yml").read_text().startswith((ROOT / "course.yml").read_text().split("\n")[0])
+
+
+def test_new_assignment(course_copy):
+    scaffold("online_softmax", "flash_attention", "online_softmax", root=course_copy)
+    *_, previous, new = assignments(course_copy).values()
+    assert new["id"] == "flash_attention" and new["notebooks"][0]["exercises"][0]["id"] == "online_softmax"
+    assert new["release"] == previous["due"]
+    assert (course_copy / "solutions/flash_attention/flash_attention.ipynb").exists()
+
+
+def test_refuses_a_taken_id_and_writes_nothing(course_copy):
+    text = (course_copy / "course.yml").read_text()
+    with pytest.raises(CourseError, match="already has an exercise sdpa"):
+        scaffold("sdpa", "kv_cache", "f", root=course_copy)
+    (course_copy / "tests/catalogue/fresh.py").write_text("")
+    with pytest.raises(CourseError, match="already exists; nothing was written"):
+        scaffold("fresh", "kv_cache", "f", root=course_copy)
+    assert (course_copy / "course.yml").read_text() == text
