@@ -8,6 +8,7 @@ and TODOs where only its author knows what to write:
   course.yml                                its entry: suite, gate, basic tests, points
   autograder/suites/test_<id>.py            its calls into student code, CAUSES, gate and tests
   tests/catalogue/<id>.py                   its mistakes, correct variants and degenerate answers
+  README.md                                 its points in the Assignments table (tested against course.yml)
 
 It refuses, before writing anything, when the id is taken or any of these files exists.  Then
 `make release ASSIGNMENT=...` makes the student version and `make check EXERCISE=<id>` grades the
@@ -157,8 +158,26 @@ def add_to_course_yml(text, exercise, assignment, notebook, title, course):
     return "".join(lines[:stop]) + entry + "".join(lines[stop:])
 
 
+def add_to_readme(text, exercise, assignment, title, points):
+    """README.md with the exercise in its assignment's row of the Assignments table (a new row for a
+    new assignment); tests/test_course.py holds that table to course.yml's points."""
+    entry = f"`{exercise}` {title} ({points:g})"
+    lines = text.splitlines(keepends=True)
+    rows = [i for i, line in enumerate(lines) if line.startswith("| `") and line.count("|") == 4]
+    for i in rows:
+        cells = lines[i].split("|")
+        if cells[1].strip(" `") == assignment:
+            cells[3] = f" {cells[3].strip()}, {entry} "
+            lines[i] = "|".join(cells)
+            return "".join(lines)
+    if not rows:
+        return text
+    lines.insert(rows[-1] + 1, f"| `{assignment}` | TODO: what it teaches | {entry} |\n")
+    return "".join(lines)
+
+
 def scaffold(exercise, assignment, function, title=None, notebook=None, root=None):
-    """Write the four parts of a new exercise; returns the paths written."""
+    """Write the four parts of a new exercise and its README row; returns the paths written."""
     course = load_course(Path(root) / "course.yml" if root else None)
     root = course.root
     if not re.fullmatch(r"[a-z][a-z0-9_]*", exercise) or not function.isidentifier():
@@ -184,9 +203,13 @@ def scaffold(exercise, assignment, function, title=None, notebook=None, root=Non
     nb.cells += cells(exercise, function, title, points=5)
     course_yml = root / "course.yml"
     text = add_to_course_yml(course_yml.read_text(), exercise, assignment, notebook, title, course)
+    readme = root / "README.md"
+    readme_text = add_to_readme(readme.read_text(), exercise, assignment, title, 5) if readme.exists() else None
     notebook_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, notebook_path)
     course_yml.write_text(text)
     paths["suite"].write_text(SUITE.format(function=function))
     paths["catalogue"].write_text(CATALOGUE.format(exercise=exercise, function=function))
-    return [notebook_path, course_yml, *paths.values()]
+    if readme_text is not None:
+        readme.write_text(readme_text)
+    return [notebook_path, course_yml, *paths.values()] + ([readme] if readme_text is not None else [])

@@ -13,7 +13,7 @@ from tests.notebooks import ROOT
 
 @pytest.fixture
 def course_copy(tmp_path):
-    for part in ("course.yml", "solutions"):
+    for part in ("course.yml", "solutions", "README.md"):
         source = ROOT / part
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
     for folder in ("autograder/suites", "tests/catalogue"):
@@ -38,7 +38,8 @@ def test_new_exercise_in_an_existing_notebook(course_copy):
     assert ids[-2:] == ["scaled_copy", "check_scaled_copy"]
     assert nb.cells[-1].metadata["nbgrader"]["points"] == 5
     assert "### BEGIN SOLUTION" in nb.cells[-2].source
-    for path in written[2:]:  # the suite and the catalogue module are Python that names the function
+    assert "`scaled_copy` a copy (5)" in (course_copy / "README.md").read_text()
+    for path in written[2:4]:  # the suite and the catalogue module are Python that names the function
         compile(path.read_text(), str(path), "exec")
         assert "scaled_copy" in path.read_text()
     assert (course_copy / "course.yml").read_text().startswith((ROOT / "course.yml").read_text().split("\n")[0])
@@ -50,6 +51,8 @@ def test_new_assignment(course_copy):
     assert new["id"] == "flash_attention" and new["notebooks"][0]["exercises"][0]["id"] == "online_softmax"
     assert new["release"] == previous["due"]
     assert (course_copy / "solutions/flash_attention/flash_attention.ipynb").exists()
+    assert "| `flash_attention` | TODO: what it teaches | `online_softmax` online_softmax (5) |" in \
+        (course_copy / "README.md").read_text()
 
 
 def test_refuses_a_taken_id_and_writes_nothing(course_copy):
