@@ -43,21 +43,19 @@ api.get_alembic_version = alembic_head
 
 
 def exercise_feedback(notebook_result, exercise_id):
-    """(points, text) of one exercise in a NotebookResult."""
-    tests = [test for test in notebook_result.tests if test.exercise == exercise_id]
-    points = sum(test.score for test in tests)
-    possible = sum(test.max_score for test in tests)
+    """(points, text) of one exercise in a NotebookResult: its Section, as plain text."""
+    section = next((s for s in notebook_result.sections() if s.exercise == exercise_id), None)
+    points, possible = (section.score, section.max_score) if section else (0, 0)
     lines = [f"Hidden tests of {exercise_id}: {points:g} / {possible:g}"]
     if notebook_result.reason:
         lines.append(f"Not graded: {notebook_result.reason}.")
-    else:
-        if exercise_id in notebook_result.notes:
-            lines += [notebook_result.notes[exercise_id], ""]
-        for test in tests:
-            mark = "passed" if test.score >= test.max_score else "failed"
-            lines.append(f"- {test.test} ({test.score:g}/{test.max_score:g}) {mark}")
-            if test.output and test.score < test.max_score:
-                lines += [f"    {line}" for line in test.output.splitlines()]
+    elif section:
+        if section.note:
+            lines += [section.note, ""]
+        for group, output, _ in section.groups:
+            mark = "passed" if section.passed(group) else "failed"
+            lines.append("- " + ", ".join(f"{t.test} ({t.score:g}/{t.max_score:g})" for t in group) + f" {mark}")
+            lines += [f"    {line}" for line in output.splitlines()]
     return points, "\n".join(lines) + "\n"
 
 

@@ -57,6 +57,28 @@ class NotebookResult(Scored):
             grouped.setdefault(test.exercise, []).append(test)
         return grouped
 
+    def sections(self):
+        """One Section per exercise, in order: what every rendering of the feedback shows."""
+        return [Section(exercise, sum(t.score for t in tests), sum(t.max_score for t in tests),
+                        self.notes.get(exercise, ""), grouped(tests))
+                for exercise, tests in self.by_exercise().items()]
+
+
+@dataclass
+class Section:
+    """One exercise of a graded notebook as the feedback shows it (markdown, HTML, and the text of
+    its check_<exercise> cell in nbgrader): its points, the note said once at its top, and its tests
+    in groups (see `grouped`)."""
+    exercise: str
+    score: float
+    max_score: float
+    note: str
+    groups: list
+
+    @staticmethod
+    def passed(group):
+        return group[0].score >= group[0].max_score
+
 
 def grouped(tests):
     """[(tests, output, picture)]: the tests in order, those in a row that failed with the same
@@ -182,12 +204,12 @@ class SubmissionResult(Scored):
             if notebook.reason:
                 lines += [f"Not graded: {notebook.reason}.", ""]
                 continue
-            for exercise, tests in notebook.by_exercise().items():
-                lines += [f"### {exercise} ({sum(t.score for t in tests):g} / {sum(t.max_score for t in tests):g})", ""]
-                if exercise in notebook.notes:
-                    lines += ["```", *notebook.notes[exercise].splitlines(), "```", ""]
-                for group, output, _ in grouped(tests):
-                    mark = "passed" if group[0].score >= group[0].max_score else "failed"
+            for section in notebook.sections():
+                lines += [f"### {section.exercise} ({section.score:g} / {section.max_score:g})", ""]
+                if section.note:
+                    lines += ["```", *section.note.splitlines(), "```", ""]
+                for group, output, _ in section.groups:
+                    mark = "passed" if section.passed(group) else "failed"
                     lines.append("- " + ", ".join(f"**{t.test}** ({t.score:g}/{t.max_score:g})" for t in group)
                                  + f" {mark}")
                     if output:
@@ -206,14 +228,13 @@ class SubmissionResult(Scored):
             if notebook.reason:
                 parts.append(f"<p>Not graded: {esc(notebook.reason)}.</p>")
                 continue
-            for exercise, tests in notebook.by_exercise().items():
-                parts.append(f"<h3>{esc(exercise)} ({sum(t.score for t in tests):g} / "
-                             f"{sum(t.max_score for t in tests):g})</h3>")
-                if exercise in notebook.notes:
-                    parts.append(f"<pre class='note'>{esc(notebook.notes[exercise])}</pre>")
+            for section in notebook.sections():
+                parts.append(f"<h3>{esc(section.exercise)} ({section.score:g} / {section.max_score:g})</h3>")
+                if section.note:
+                    parts.append(f"<pre class='note'>{esc(section.note)}</pre>")
                 parts.append("<ul>")
-                for group, output, picture in grouped(tests):
-                    passed = group[0].score >= group[0].max_score
+                for group, output, picture in section.groups:
+                    passed = section.passed(group)
                     parts.append(f"<li class='{'passed' if passed else 'failed'}'>"
                                  + ", ".join(f"<strong>{esc(t.test)}</strong> ({t.score:g}/{t.max_score:g})" for t in group)
                                  + f" {'passed' if passed else 'failed'}")
