@@ -42,9 +42,9 @@ def alembic_head():
 api.get_alembic_version = alembic_head
 
 
-def exercise_feedback(notebook_result, exercise_id):
-    """(points, text) of one exercise in a NotebookResult: its Section, as plain text."""
-    section = next((s for s in notebook_result.sections() if s.exercise == exercise_id), None)
+def exercise_feedback(notebook_result, exercise_id, section):
+    """(points, text) of one exercise in a NotebookResult: its Section (None when it has no
+    results), as plain text."""
     points, possible = (section.score, section.max_score) if section else (0, 0)
     lines = [f"Hidden tests of {exercise_id}: {points:g} / {possible:g}"]
     if notebook_result.reason:
@@ -61,14 +61,15 @@ def exercise_feedback(notebook_result, exercise_id):
 
 def annotate(nb, notebook_result):
     """Write each exercise's score and feedback into its check_<exercise> cell (in place)."""
+    sections = {section.exercise: section for section in notebook_result.sections()}
     for cell in nb.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if cell.get("cell_type") != "code" or not str(grade_id).startswith("check_"):
             continue
         exercise_id = grade_id[len("check_"):]
-        points, text = exercise_feedback(notebook_result, exercise_id)
-        pictures = [Picture.from_dict(test.picture) for test in notebook_result.tests
-                    if test.exercise == exercise_id and test.picture and test.score < test.max_score]
+        section = sections.get(exercise_id)
+        points, text = exercise_feedback(notebook_result, exercise_id, section)
+        pictures = [Picture.from_dict(picture) for _, _, picture in section.groups if picture] if section else []
         cell.outputs = [
             nbformat.v4.new_output("stream", name="stdout", text=text),
             *(nbformat.v4.new_output("display_data", data={"image/png": png_base64(picture),

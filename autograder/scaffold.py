@@ -93,15 +93,14 @@ DEGENERATES = [
 ]
 '''
 
+POINTS = {"test_shape": 1, "test_matches_reference_solution": 4}   # the tests of SUITE that carry points
 ENTRY = '''          - id: {exercise}
             title: {title}
             suite: test_{exercise}.py
             gate: test_gate
             basic: [test_shape]
             points:
-              test_shape: 1
-              test_matches_reference_solution: 4
-'''
+''' + "".join(f"              {test}: {points}\n" for test, points in POINTS.items())
 
 ASSIGNMENT = '''
   - id: {assignment}
@@ -136,8 +135,7 @@ def add_to_course_yml(text, exercise, assignment, notebook, title, course):
     """course.yml with the exercise's entry at the end of its notebook's exercises (the notebook
     and the assignment are added when new); comments and order are kept."""
     entry = ENTRY.format(exercise=exercise, title=title)
-    known = {a.id: a for a in course.assignments}
-    if assignment not in known:
+    if assignment not in {a.id for a in course.assignments}:
         last = course.assignments[-1]
         block = ASSIGNMENT.format(assignment=assignment, notebook=notebook, title=title,
                                   release=last.due.isoformat(), due=(last.due + timedelta(days=14)).isoformat())
@@ -185,7 +183,7 @@ def scaffold(exercise, assignment, function, title=None, notebook=None, root=Non
                           "Python name")
     if any(ex.id == exercise for a in course.assignments for ex in a.exercises):
         raise CourseError(f"course.yml already has an exercise {exercise}")
-    title = title or f"{function}"
+    title = title or function
     notebook = notebook or assignment
     paths = {"suite": root / "autograder" / "suites" / f"test_{exercise}.py",
              "catalogue": root / "tests" / "catalogue" / f"{exercise}.py"}
@@ -200,11 +198,11 @@ def scaffold(exercise, assignment, function, title=None, notebook=None, root=Non
         nb.cells.append(nbformat.v4.new_code_cell("import torch", metadata={"nbgrader": {
             "grade": False, "solution": False, "locked": True, "task": False, "schema_version": 3,
             "grade_id": f"setup_{exercise}"}}))
-    nb.cells += cells(exercise, function, title, points=5)
+    nb.cells += cells(exercise, function, title, points=sum(POINTS.values()))
     course_yml = root / "course.yml"
     text = add_to_course_yml(course_yml.read_text(), exercise, assignment, notebook, title, course)
     readme = root / "README.md"
-    readme_text = add_to_readme(readme.read_text(), exercise, assignment, title, 5) if readme.exists() else None
+    readme_text = add_to_readme(readme.read_text(), exercise, assignment, title, sum(POINTS.values())) if readme.exists() else None
     notebook_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, notebook_path)
     course_yml.write_text(text)

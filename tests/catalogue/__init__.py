@@ -7,10 +7,9 @@ degenerate answers that compute no attention.  tests/test_catalogue.py grades th
 import importlib
 from dataclasses import replace
 
-from autograder.course import load_course
 from tests.catalogue.entries import DEGENERATE_SHARE, Degenerate, Mistake, Variant
+from tests.notebooks import COURSE
 
-COURSE = load_course()
 SUITES = {exercise.id: exercise.suite.stem for assignment in COURSE.assignments for exercise in assignment.exercises}
 
 
