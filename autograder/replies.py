@@ -105,6 +105,8 @@ def call(value):
     _gradients(value.get("input_grads"), "input_grads")
     if "args_after" in value:
         _require(type(value["args_after"]) is list, "args_after is not a list")
+    if "flops" in value:
+        _require(type(value["flops"]) is int, "flops is not an int")
     return _builtin_flag(value)
 
 

@@ -161,7 +161,11 @@ def add_to_readme(text, exercise, assignment, title, points):
     new assignment); tests/test_course.py holds that table to course.yml's points."""
     entry = f"`{exercise}` {title} ({points:g})"
     lines = text.splitlines(keepends=True)
-    rows = [i for i, line in enumerate(lines) if line.startswith("| `") and line.count("|") == 4]
+    header = next((i for i, line in enumerate(lines) if line.startswith("| assignment |")), None)
+    if header is None:
+        return text
+    end = next((i for i in range(header, len(lines)) if not lines[i].startswith("|")), len(lines))
+    rows = [i for i in range(header, end) if lines[i].startswith("| `") and lines[i].count("|") == 4]
     for i in rows:
         cells = lines[i].split("|")
         if cells[1].strip(" `") == assignment:

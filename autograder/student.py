@@ -14,6 +14,7 @@ Every reply is checked against the shape its request expects before anything use
 a malformed reply costs that request, never the grader.
 """
 
+import contextlib
 import json
 import os
 import select
@@ -23,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from autograder import replies
+from autograder import memory, replies
 from autograder.course import Limits
 from autograder.submission import Cell  # noqa: F401  (what StudentProcess runs)
 from autograder.sandbox import jail, protocol
@@ -157,6 +158,10 @@ class Worker:
             raise WorkerError("the warm worker did not fork")
         return pid, requests_write, replies_read
 
+    def host_pid(self, pid):
+        """The host's pid of the child the worker calls `pid` (for reading its memory)."""
+        return memory.host_pid(self.process.pid, pid) if self.process is not None else None
+
     def end(self, pid):
         """Kill a child (if it still runs) and empty the scratch space for the next one."""
         try:
@@ -188,6 +193,7 @@ class StudentProcess:
         self.cells = list(cells)
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
+        self.host_pid = None      # (pid, the host's pid of that child), found on first use
         self.cell_reports = None
         self.skip_cells = set()   # cells that hung: not run again after a restart
         self.hung = {}            # name -> message, for functions that hung once
@@ -266,6 +272,11 @@ class StudentProcess:
                                           result["traceback"], cell.defines))
         return reports
 
+    def _host_pid(self):
+        if self.host_pid is None or self.host_pid[0] != self.pid:
+            self.host_pid = (self.pid, self.worker.host_pid(self.pid))
+        return self.host_pid[1]
+
     def kill(self):
         if self.pid is None:
             return
@@ -295,9 +306,11 @@ class StudentProcess:
             raise StudentTimeout("ran out of time")
         raise StudentError(error["type"], error["message"], error["traceback"])
 
-    def request(self, key, message, check):
+    def request(self, key, message, check, measure_memory=False):
         """Send one request; `key` names what it exercises, so a hang is charged to it alone;
-        `check` validates the reply's value (see replies.py)."""
+        `check` validates the reply's value (see replies.py).  With measure_memory, the value
+        also carries "peak_memory": the growth of the child's resident memory over the call, read
+        from outside the child (memory.py), or None when it could not be read."""
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
         timeout = min(self.limits.call_timeout, self._budget_left())
@@ -308,8 +321,9 @@ class StudentProcess:
             self.start()
             timeout = min(self.limits.call_timeout, self._budget_left())
         try:
-            self._send({**message, "timeout": timeout})
-            reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
+            with memory.PeakMemory(self._host_pid()) if measure_memory else contextlib.nullcontext() as measure:
+                self._send({**message, "timeout": timeout})
+                reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
         except protocol.Timeout:
             self.kill()
             if time.monotonic() >= self.deadline:
@@ -325,7 +339,10 @@ class StudentProcess:
             self.kill()
             raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
         try:
-            return check(self._unwrap(protocol.decode(reply)))
+            value = check(self._unwrap(protocol.decode(reply)))
+            if measure_memory:
+                value["peak_memory"] = measure.peak
+            return value
         except StudentTimeout:
             self.hung[key] = f"{key} did not finish within {timeout:g} s (an infinite loop?)"
             raise StudentTimeout(self.hung[key]) from None

@@ -46,13 +46,14 @@ def test_new_exercise_in_an_existing_notebook(course_copy):
 
 
 def test_new_assignment(course_copy):
-    scaffold("online_softmax", "flash_attention", "online_softmax", root=course_copy)
+    scaffold("window_mask", "sliding_window", "window_mask", root=course_copy)
     *_, previous, new = assignments(course_copy).values()
-    assert new["id"] == "flash_attention" and new["notebooks"][0]["exercises"][0]["id"] == "online_softmax"
+    assert new["id"] == "sliding_window" and new["notebooks"][0]["exercises"][0]["id"] == "window_mask"
     assert new["release"] == previous["due"]
-    assert (course_copy / "solutions/flash_attention/flash_attention.ipynb").exists()
-    assert "| `flash_attention` | TODO: what it teaches | `online_softmax` online_softmax (5) |" in \
-        (course_copy / "README.md").read_text()
+    assert (course_copy / "solutions/sliding_window/sliding_window.ipynb").exists()
+    lines = (course_copy / "README.md").read_text().splitlines()
+    row = lines.index("| `sliding_window` | TODO: what it teaches | `window_mask` window_mask (5) |")
+    assert lines[row - 1].startswith(f"| `{previous['id']}` |"), "the row ends the Assignments table"
 
 
 def test_refuses_a_taken_id_and_writes_nothing(course_copy):

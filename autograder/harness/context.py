@@ -19,10 +19,10 @@ class Student:
         self.builtin_attention_users = set()   # exercises whose calls reached torch's attention
         self.memo = {}
 
-    def _request(self, key, message, check):
+    def _request(self, key, message, check, measure_memory=False):
         message = {**message, "from_scratch": self.exercise in self.from_scratch}
         try:
-            value = self.process.request(key, message, check)
+            value = self.process.request(key, message, check, measure_memory)
         except StudentError as error:
             if error.kind == "BuiltinAttentionForbidden":  # the guard refused: the built-in was called
                 self.builtin_attention_users.add(self.exercise)
@@ -34,10 +34,15 @@ class Student:
     def names(self, names):
         return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)
 
-    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, **kwargs):
+    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, count_flops=False,
+             measure_memory=False, **kwargs):
+        """Call the student's function `name`.  count_flops: the reply's "flops" counts the matrix
+        products' floating-point operations (torch's FlopCounterMode, in the student's process);
+        measure_memory: the reply's "peak_memory" is the call's peak memory, read from outside."""
         return self._request(name, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs,
                                     "grad": grad, "grad_outputs": list(grad_outputs), "seed": seed,
-                                    "echo_args": echo_args}, replies.call)
+                                    "echo_args": echo_args, "count_flops": count_flops}, replies.call,
+                             measure_memory)
 
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
                train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None):

@@ -9,10 +9,14 @@ seccomp filters only ever add restrictions, and bubblewrap has already set no_ne
   submission_filter(pid)  loaded in each forked child just before the submission's code runs: no
                     new processes (threads only), no exec, no signals to any other process.
 
+The child is made non-dumpable (and may not change that back): its /proc files belong to root, so
+it cannot reset its own peak memory (/proc/self/clear_refs) while the grader measures a call from
+outside (autograder/memory.py), and nothing else in the sandbox can read or write its memory.
 The child also gets hard resource limits (which an unprivileged process cannot raise again) and a
 private, empty scratch directory as its working directory and home.
 """
 
+import ctypes
 import errno
 import os
 import resource
@@ -34,6 +38,7 @@ SANDBOX_DENIED = [
 NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 CLONE_THREAD = 0x00010000
 AF_UNIX = 1
+PR_SET_DUMPABLE = 4
 
 # System calls a submission's process may not make, on top of the above.
 SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal"]
@@ -67,10 +72,17 @@ def submission_filter(pid):
         _deny(rules, syscall)
     # clone() without CLONE_THREAD makes a process: threads yes, processes no.
     _deny(rules, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
+    # Non-dumpable for good (see not_dumpable).
+    _deny(rules, "prctl", seccomp.Arg(0, seccomp.EQ, PR_SET_DUMPABLE))
     # Signals only to itself (the first argument is a process or thread-group id).
     for syscall in SIGNAL_CALLS:
         _deny(rules, syscall, seccomp.Arg(0, seccomp.NE, pid))
     rules.load()
+
+
+def not_dumpable():
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def limit(kind, value):
@@ -88,4 +100,5 @@ def confine_submission(memory_mb, scratch, file_mb=64, open_files=256, threads=6
     os.makedirs(scratch, mode=0o700, exist_ok=True)
     os.chdir(scratch)
     os.environ.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=scratch)
+    not_dumpable()
     submission_filter(os.getpid())

@@ -1,7 +1,7 @@
 """The from-scratch rule, enforced where the student's code runs (this file runs in the sandbox).
 
 While the grader calls a function of an exercise that must be written from scratch, torch's own
-attention does not work: every attention operator of PyTorch's dispatcher (the fused, flash, math
+attention does not work: every attention operator of PyTorch's dispatcher, forward and backward (the fused, flash, math
 and multi-head kernels, however they are reached: torch.nn.functional, torch._C._nn, torch.ops.aten,
 nn.MultiheadAttention's fast path) gets a kernel that records the call and raises.  Python-level
 entry points that compute attention without those operators (nn.MultiheadAttention's slow path,
@@ -49,7 +49,7 @@ class Guard:
         self._operators = sorted(
             name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names()
             if name.startswith("aten::") and any(part in name for part in ATTENTION_OPERATORS)
-            and "backward" not in name and "_fused_sdp_choice" not in name)
+            and "_fused_sdp_choice" not in name)
 
     def _refuse(self, *args, **kwargs):
         self.used = True

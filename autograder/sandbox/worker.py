@@ -50,6 +50,7 @@ import torch.nn.functional as F  # noqa: E402,F401
 
 import protocol  # noqa: E402
 from guard import GUARD  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 torch.set_num_threads(1)
 GUARD.wrap_python_functions()
@@ -236,11 +237,15 @@ def call(request):
     args, kwargs = list(request["args"]), dict(request["kwargs"])
     if request.get("grad"):
         args = requires_grad(args)
+    counter = FlopCounterMode(display=False) if request.get("count_flops") else contextlib.nullcontext()
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
-        output = function(*args, **kwargs)
+        with counter:
+            output = function(*args, **kwargs)
         grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
     reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
+    if request.get("count_flops"):
+        reply["flops"] = int(counter.get_total_flops())
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
     return reply

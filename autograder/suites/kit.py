@@ -301,3 +301,34 @@ def mha_mistakes(params, num_heads, query, key, value, mask=None):
     return named(MHA_CAUSES, shared_projection=run(shared=True), no_output_projection=run(output_projection=False),
                  scale_d_model=run(scale=1 / math.sqrt(query.shape[-1])),
                  merge_without_transpose=run(merge_transposed=False))
+
+
+# -- tiled attention: the logsumexp, and memory read from outside the student's process ----------
+
+def logsumexp(q, k, mask=None):
+    """The natural logarithm of each query's sum of exp(scaled scores) over its allowed keys."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.logsumexp(dim=-1)
+
+
+def causal(sq, sk=None):
+    """None, or the causal mask of flash_attention(..., causal=True): query i sees keys j <= i."""
+    return tril(sq, sk)
+
+
+def megabytes(count):
+    return f"{count / 2**20:.1f} MiB"
+
+
+def check_memory(reply, allowed, what, matrix, matrix_bytes):
+    """The call (made with measure_memory=True) grew the student's resident memory by at most
+    `allowed` bytes at its peak; `matrix` names the matrix it must not hold, of `matrix_bytes`."""
+    peak = reply.get("peak_memory")
+    if peak is None:
+        raise Feedback(f"The memory of {what} could not be measured (the process stopped during the call).")
+    whole = (f"That is at least {matrix} ({megabytes(matrix_bytes)}): work tile by tile, holding one tile of "
+             "scores at a time." if peak.bytes >= matrix_bytes else "Hold one tile of scores at a time.")
+    checks.require(peak.bytes <= allowed, f"{what} used {megabytes(peak.bytes)} of memory at its peak, "
+                   f"where {megabytes(allowed)} is allowed.", whole)

@@ -1,0 +1,118 @@
+"""The memory a student's call uses, measured from outside the student's process.
+
+A record kept inside the student's process could be switched off by that process (the from-scratch
+guard shows how much care that takes), so the grader reads what the kernel reports about the child
+through the host's /proc, where the student's code cannot reach:
+
+  - before the call, the child's peak resident size is reset to its current size (writing 5 to
+    /proc/<pid>/clear_refs; the child is not dumpable and may not become so again, see
+    sandbox/confine.py, so it cannot reset its own peak in the middle of the call);
+  - while the call runs, a thread samples the resident size every millisecond (which also covers a
+    grader that may not reset the peak, one not running as root);
+  - after the reply, the peak is the larger of the kernel's peak (VmHWM) and the largest sample.
+
+What is measured is the growth of the resident memory over the call: what the call allocated and
+touched at its worst moment, above what the process already held.
+"""
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SAMPLE_SECONDS = 0.001
+
+
+def _status(pid):
+    """The fields of /proc/<pid>/status, as text."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.strip()
+    return fields
+
+
+def _children(pid):
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def host_pid(root, inner_pid):
+    """The host's pid of the descendant of `root` that its own PID namespace calls `inner_pid`
+    (the pid the sandboxed worker reports for a child it forked); None if there is none."""
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            if int(_status(pid).get("NSpid", "0").split()[-1]) == inner_pid and pid != root:
+                return pid
+            pending += _children(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def resident_bytes(pid):
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+@dataclass
+class Peak:
+    """The peak growth of a process's resident memory over one call, in bytes."""
+    bytes: int
+    kernel_peak: bool  # whether the kernel's own peak (VmHWM) was reset and read, not only samples
+
+
+class PeakMemory:
+    """with PeakMemory(pid) as measure: ...call...; then measure.peak (a Peak, or None when the
+    process went away during the call)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.peak = None
+        self._highest = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        while not self._stop.is_set():
+            try:
+                self._highest = max(self._highest, resident_bytes(self.pid))
+            except (OSError, ValueError, IndexError):
+                return
+            self._stop.wait(SAMPLE_SECONDS)
+
+    def __enter__(self):
+        try:
+            with open(f"/proc/{self.pid}/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")  # the peak resident size starts again from the current size
+            self._reset = True
+        except OSError:
+            self._reset = False
+        try:
+            self._baseline = self._highest = resident_bytes(self.pid)
+        except (OSError, ValueError, IndexError):
+            self._baseline = None
+            return self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._baseline is None:
+            return
+        self._thread.join()
+        try:
+            highest = self._highest
+            if self._reset:
+                highest = max(highest, int(_status(self.pid)["VmHWM"].split()[0]) * 1024)
+        except (OSError, ValueError, KeyError, IndexError):
+            return
+        self.peak = Peak(max(0, highest - self._baseline), self._reset)

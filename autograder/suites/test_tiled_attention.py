@@ -1,0 +1,175 @@
+"""Hidden tests for flash_attention(q, k, v, causal=False, block_q=64, block_k=64) -> (out, lse).
+
+Values are compared with the grader's attention; the causal tile skip is read from the matrix
+products' floating-point operations (counted in the student's process); the memory is read from
+outside the student's process (autograder/memory.py), on inputs long enough that one [Sq, Sk]
+score matrix stands out."""
+
+import math
+
+import torch
+
+from autograder.harness import checks, substance
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "no_rescale": "an accumulated output that is not rescaled by exp(m - m_new) when the running maximum grows",
+    "lse_last_tile": "a logsumexp from the last tile's sum alone instead of the running sum over every tile",
+    "lse_no_max": "a logsumexp of log(l) without adding back the running maximum m",
+    "tail": "The last tile is shorter when the block does not divide the length: take q[..., i:i + block_q] up to "
+            "the end (range(0, S, block)), not only whole blocks.",
+    "skip_from_first_query": "a key tile skipped when it starts after the query tile's first query; it is needed "
+                             "until it starts after the tile's last query",
+    "no_diagonal_mask": "no mask inside the tiles on the diagonal (key j > query i must get no weight)",
+    "no_skip": "Tiles that lie wholly above the diagonal (every key after every query of the tile) need not be "
+               "computed: stop the loop over key tiles at the query tile's end.",
+    "shapes": "q is [B, H, Sq, d], k [B, H, Sk, d], v [B, H, Sk, d_v]; a tile of scores is "
+              "q_tile @ k_tile.transpose(-2, -1).",
+}
+BLOCK_Q, BLOCK_K = 32, 16
+MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 64, 256
+
+
+def flash(student, q, k, v, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **options):
+    """(out, lse, the reply) of the student's flash_attention."""
+    with A.crash_hint(CAUSES["shapes"]):
+        reply = student.call("flash_attention", q, k, v, causal, block_q, block_k, **options)
+    out, lse = checks.pair(reply["output"], "flash_attention(q, k, v)", ("out", "lse"))
+    return checks.tensor(out, "out"), checks.tensor(lse, "lse"), reply
+
+
+def mistaken(q, k, v, causal, block_q, block_k, mistake):
+    """(out, lse) of a named mistake, tiled as the statement says."""
+    *lead, sq, d = q.shape
+    sk = k.shape[-2]
+    out, lse = torch.zeros(*lead, sq, v.shape[-1], dtype=q.dtype), torch.zeros(*lead, sq, dtype=q.dtype)
+    for i0 in range(0, sq, block_q):
+        i1 = min(i0 + block_q, sq)
+        m = torch.full((*lead, i1 - i0), -math.inf, dtype=q.dtype)
+        l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, v.shape[-1], dtype=q.dtype)
+        for j0 in range(0, sk, block_k):
+            j1 = min(j0 + block_k, sk)
+            if causal and (j0 > i0 if mistake == "skip_from_first_query" else j0 >= i1):
+                continue
+            s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) / math.sqrt(d)
+            if causal and mistake != "no_diagonal_mask":
+                s = s.masked_fill(torch.arange(j0, j1) > torch.arange(i0, i1)[:, None], -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            p = torch.exp(s - m_new[..., None])
+            rescale = torch.exp(m - m_new)
+            l_tile = p.sum(dim=-1)
+            l = l * rescale + l_tile
+            acc = (acc if mistake == "no_rescale" else acc * rescale[..., None]) + p @ v[..., j0:j1, :]
+            m = m_new
+        out[..., i0:i1, :] = acc / l[..., None]
+        lse[..., i0:i1] = {"lse_last_tile": m + torch.log(l_tile), "lse_no_max": torch.log(l)}.get(
+            mistake, m + torch.log(l))
+    return out, lse
+
+
+def named_mistakes(q, k, v, causal, block_q, block_k, index):
+    keys = ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
+                                                            if causal else [])
+    return A.named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in keys})
+
+
+def inputs(sq, sk, seed, d=A.D_K, d_v=A.D_V, dtype=torch.float64, scale=1.0):
+    q, k, v = A.qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
+    return q * scale, k, v
+
+
+def compare_output(student, q, k, v, what, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, hint=""):
+    out, _, _ = flash(student, q, k, v, causal, block_q, block_k)
+    mask = A.causal(q.shape[-2], k.shape[-2]) if causal else None
+    checks.close(out, A.attention(q, k, v, mask)[0], f"out ({what})", hint,
+                 named_mistakes(q, k, v, causal, block_q, block_k, 0))
+
+
+def tile_skip_flops(n, d, d_v, block_q, block_k):
+    """The matrix products' FLOPs of causal tiled attention that skips every tile wholly above the
+    diagonal (and computes all the others whole)."""
+    total = 0
+    for i0 in range(0, n, block_q):
+        i1 = min(i0 + block_q, n)
+        keys = min(n, math.ceil(i1 / block_k) * block_k)
+        total += 2 * (i1 - i0) * keys * (d + d_v)
+    return total
+
+
+def test_computes_attention(student):
+    """The gate: with the identity as the values, the output is the weights; they must be attention's."""
+    def call(q, k, v):
+        eye = torch.eye(k.shape[-2], dtype=k.dtype).expand(*k.shape[:-1], k.shape[-2])
+        return flash(student, q, k, v)[0], flash(student, q, k, eye)[0]
+    substance.attention_function(call, *inputs(40, 36, seed=1))
+
+
+def test_returns_output_and_logsumexp(student):
+    q, k, v = inputs(A.SQ, A.SK, seed=2)
+    out, lse, _ = flash(student, q, k, v)
+    checks.shape(out, (A.B, A.H, A.SQ, A.D_V), "out", "One output row of width d_v per query.")
+    checks.shape(lse, (A.B, A.H, A.SQ), "lse", "One logsumexp per query: [B, H, Sq].")
+
+
+def test_keeps_float32(student):
+    out, lse, _ = flash(student, *inputs(A.SQ, A.SK, seed=3, dtype=torch.float32))
+    checks.dtype(out, torch.float32, "out", "Make the accumulators with the inputs' dtype.")
+    checks.dtype(lse, torch.float32, "lse", "Make the accumulators with the inputs' dtype.")
+
+
+def test_matches_attention(student):
+    compare_output(student, *inputs(64, 96, seed=4), "64 queries, 96 keys, blocks of 32 and 16",
+                   hint="Each new tile: m_new = max(m, rowmax(S)); P = exp(S - m_new); l = l * exp(m - m_new) + "
+                        "rowsum(P); acc = acc * exp(m - m_new) + P @ V; at the end out = acc / l.")
+
+
+def test_logsumexp(student):
+    for causal, seed in ((False, 5), (True, 6)):
+        q, k, v = inputs(64, 64 if causal else 80, seed=seed)
+        _, lse, _ = flash(student, q, k, v, causal)
+        want = A.logsumexp(q, k, A.causal(64) if causal else None)
+        checks.close(lse, want, f"lse ({'causal' if causal else 'not causal'})", "lse = m + log(l) after the last tile.",
+                     named_mistakes(q, k, v, causal, BLOCK_Q, BLOCK_K, 1))
+
+
+def test_lengths_the_blocks_do_not_divide(student):
+    compare_output(student, *inputs(70, 45, seed=7), "70 queries, 45 keys, blocks of 32 and 16",
+                   hint=CAUSES["tail"])
+
+
+def test_causal(student):
+    compare_output(student, *inputs(64, 64, seed=8), "causal, 64 tokens, blocks of 32 and 16", causal=True,
+                   hint="With causal=True, query i attends to keys j <= i.")
+
+
+def test_causal_with_uneven_blocks(student):
+    compare_output(student, *inputs(70, 70, seed=9), "causal, 70 tokens, blocks of 32 and 24", causal=True,
+                   block_q=32, block_k=24, hint="With causal=True, query i attends to keys j <= i.")
+
+
+def test_causal_skips_tiles_above_the_diagonal(student):
+    n, block_q, block_k = 72, 16, 8
+    q, k, v = inputs(n, n, seed=10, d=8, d_v=8)
+    _, _, reply = flash(student, q, k, v, True, block_q, block_k, count_flops=True)
+    allowed = q.shape[0] * q.shape[1] * tile_skip_flops(n, 8, 8, block_q, block_k)
+    checks.require(reply["flops"] <= allowed,
+                   f"flash_attention(causal=True) on {n} tokens with blocks of {block_q} and {block_k} did "
+                   f"{reply['flops']:,} floating-point operations in matrix products; skipping the tiles above the "
+                   f"diagonal needs {allowed:,}.", CAUSES["no_skip"])
+
+
+def test_large_scores_stay_finite(student):
+    compare_output(student, *inputs(48, 40, seed=11, scale=40.0), "queries scaled by 40",
+                   hint="Subtract the running maximum before exp.")
+
+
+def test_memory_stays_below_one_score_matrix(student):
+    n, block = MEMORY_N, MEMORY_BLOCK
+    q, k, v = (A.randn(1, 1, n, MEMORY_D, seed=12 + i, dtype=torch.float32) for i in range(3))
+    flash(student, q[..., :512, :], k[..., :512, :], v[..., :512, :], False, block, block)  # a warm-up
+    _, _, reply = flash(student, q, k, v, False, block, block, measure_memory=True)
+    matrix = n * n * 4
+    A.check_memory(reply, matrix // 4, f"flash_attention on {n} queries and {n} keys (d = {MEMORY_D}, float32, "
+                   f"blocks of {block})", f"one {n} x {n} float32 score matrix", matrix)

@@ -1,0 +1,135 @@
+"""Hidden tests for flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64,
+block_k=64) -> (dq, dk, dv).
+
+The gradients are compared with autograd's through the grader's attention; the grader hands in the
+true out and lse, so a slip in the student's forward costs nothing here.  The memory is read from
+outside the student's process (autograder/memory.py), as for the forward."""
+
+import math
+
+import torch
+
+from autograder.harness import checks, substance
+from autograder.suites import kit as A
+
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "no_delta": "dS = P * dP without subtracting D = rowsum(dO * O), the softmax's correction",
+    "no_scale": "dQ and dK without the factor 1/sqrt(d) of the scores",
+    "accumulate": "dK and dV collect a part from every query tile: accumulate them with +=, do not overwrite them "
+                  "with =.",
+    "no_mask": "no causal mask when the weights are recomputed (key j > query i has weight 0)",
+    "shapes": "dq has q's shape, dk k's and dv v's; lse is [B, H, Sq], so lse[..., i0:i1, None] broadcasts over a "
+              "tile's keys.",
+}
+BLOCK_Q, BLOCK_K = 32, 16
+MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 64, 256
+NAMES = ("dq", "dk", "dv")
+
+
+def backward(student, q, k, v, d_out, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **options):
+    """(dq, dk, dv, the reply) of the student's backward, handed the true out and lse."""
+    mask = A.causal(q.shape[-2], k.shape[-2]) if causal else None
+    out, lse = A.attention(q, k, v, mask)[0], A.logsumexp(q, k, mask)
+    with A.crash_hint(CAUSES["shapes"]):
+        reply = student.call("flash_attention_backward", q, k, v, out, lse, d_out, causal, block_q, block_k,
+                             **options)
+    grads = reply["output"]
+    checks.require(isinstance(grads, (tuple, list)) and len(grads) == 3,
+                   f"flash_attention_backward returned {checks._describe_type(grads)}, not (dq, dk, dv).")
+    return (*(checks.tensor(grad, name) for grad, name in zip(grads, NAMES)), reply)
+
+
+def autograd(q, k, v, d_out, mask=None, mistake=None):
+    """(dq, dk, dv) by autograd through attention, or what a named mistake gives."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1])
+    if mistake is None:
+        out = A.attention(q, k, v, mask)[0]
+        return torch.autograd.grad(out, (q, k, v), d_out)
+    with torch.no_grad():
+        scores = q @ k.transpose(-2, -1) * scale
+        if mask is not None and mistake != "no_mask":
+            scores = scores.masked_fill(~mask, -math.inf)
+        p = torch.softmax(scores, dim=-1)
+        dv = p.transpose(-2, -1) @ d_out
+        dp = d_out @ v.transpose(-2, -1)
+        delta = 0 if mistake == "no_delta" else (d_out * A.attention(q, k, v, mask)[0]).sum(-1, keepdim=True)
+        ds = p * (dp - delta)
+        factor = 1.0 if mistake == "no_scale" else scale
+        return ds @ k * factor, ds.transpose(-2, -1) @ q * factor, dv
+
+
+def named_mistakes(q, k, v, d_out, mask, index):
+    return A.named(CAUSES, **{key: autograd(q, k, v, d_out, mask, key)[index]
+                              for key in ("no_delta", "no_scale", "no_mask")})
+
+
+def inputs(sq, sk, seed, d=A.D_K, d_v=A.D_V, dtype=torch.float64):
+    q, k, v = A.qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
+    return q, k, v, A.randn(A.B, A.H, sq, d_v, seed=seed + 50, dtype=dtype)
+
+
+HINT = {"dv": "dV = P^T @ dO with P = exp(S - lse). " + CAUSES["accumulate"],
+        "dq": "dQ = dS @ K / sqrt(d) with dS = P * (dP - D), dP = dO @ V^T and D = rowsum(dO * O).",
+        "dk": "dK = dS^T @ Q / sqrt(d) with dS = P * (dP - D). " + CAUSES["accumulate"]}
+
+
+def compare(student, q, k, v, d_out, what, names=NAMES, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K):
+    *grads, _ = backward(student, q, k, v, d_out, causal, block_q, block_k)
+    mask = A.causal(q.shape[-2], k.shape[-2]) if causal else None
+    want = autograd(q, k, v, d_out, mask)
+    for index, name in enumerate(NAMES):
+        if name in names:
+            checks.close(grads[index], want[index], f"{name} ({what})", HINT[name],
+                         named_mistakes(q, k, v, d_out, mask, index))
+
+
+def test_computes_gradients(student):
+    """The gate: finite, non-zero gradients, where dv follows the queries and dq follows the keys."""
+    q, k, v, d_out = inputs(40, 36, seed=1)
+    dq, dk, dv, _ = backward(student, q, k, v, d_out)
+    for grad, name in zip((dq, dk, dv), NAMES):
+        substance.finite(grad, name)
+        checks.require(bool(grad.abs().sum() > 0), f"{name} is zero for ordinary inputs, so no gradient is computed yet.")
+    _, _, sharper, _ = backward(student, q * 4, k, v, d_out)
+    checks.require(substance.differs(sharper, dv), "dv stays the same when the queries change, so it does not come "
+                   "from the attention weights (dV = P^T @ dO) yet.")
+    moved, _, _, _ = backward(student, q, k.flip(-2), v, d_out)
+    checks.require(substance.differs(moved, dq), "dq stays the same when the keys change, so it does not come from "
+                   "the scores' gradient yet.")
+
+
+def test_returns_three_gradients(student):
+    q, k, v, d_out = inputs(A.SQ, A.SK, seed=2)
+    dq, dk, dv, _ = backward(student, q, k, v, d_out)
+    for grad, source, name in zip((dq, dk, dv), (q, k, v), NAMES):
+        checks.shape(grad, source.shape, name, CAUSES["shapes"])
+
+
+def test_dv(student):
+    compare(student, *inputs(64, 80, seed=3), "64 queries, 80 keys", names=("dv",))
+
+
+def test_dq_and_dk(student):
+    compare(student, *inputs(64, 80, seed=4), "64 queries, 80 keys", names=("dq", "dk"))
+
+
+def test_causal(student):
+    compare(student, *inputs(64, 64, seed=5), "causal, 64 tokens", causal=True)
+
+
+def test_lengths_the_blocks_do_not_divide(student):
+    compare(student, *inputs(70, 45, seed=6), "70 queries, 45 keys, blocks of 32 and 24", block_k=24)
+
+
+def test_memory_stays_below_one_score_matrix(student):
+    n, block = MEMORY_N, MEMORY_BLOCK
+    q, k, v, d_out = (A.randn(1, 1, n, MEMORY_D, seed=20 + i, dtype=torch.float32) for i in range(4))
+    small = slice(0, 512)
+    backward(student, q[..., small, :], k[..., small, :], v[..., small, :], d_out[..., small, :], False, block, block)
+    *_, reply = backward(student, q, k, v, d_out, False, block, block, measure_memory=True)
+    matrix = n * n * 4
+    A.check_memory(reply, matrix // 4, f"flash_attention_backward on {n} queries and {n} keys (d = {MEMORY_D}, "
+                   f"float32, blocks of {block})", f"one {n} x {n} float32 matrix of weights", matrix)
