@@ -96,7 +96,7 @@ def judge(results, kind, entry):
     cause = cause_text(entry.exercise, entry.cause)
     if cause not in feedback:
         return earned, f"the feedback does not give its cause {entry.cause!r} ({cause!r}):\n{feedback}"
-    others = {other.cause for other in MISTAKES if other.exercise == entry.exercise} - {entry.cause}
+    others = {other.cause for other in MISTAKES if other.exercise == entry.exercise} - {entry.cause, *entry.also_named}
     wrong = [key for key in sorted(others) if cause_text(entry.exercise, key) in feedback
              and cause_text(entry.exercise, key) not in cause]
     if wrong:

@@ -322,13 +322,13 @@ def megabytes(count):
     return f"{count / 2**20:.1f} MiB"
 
 
-def check_memory(reply, allowed, what, matrix, matrix_bytes):
+def check_memory(reply, allowed, what, matrix, matrix_bytes, whole):
     """The call (made with measure_memory=True) grew the student's resident memory by at most
-    `allowed` bytes at its peak; `matrix` names the matrix it must not hold, of `matrix_bytes`."""
+    `allowed` bytes at its peak.  `matrix` names the matrix it must not hold, of `matrix_bytes`;
+    `whole` is the hint when the peak reached that size."""
     peak = reply.get("peak_memory")
     if peak is None:
         raise Feedback(f"The memory of {what} could not be measured (the process stopped during the call).")
-    whole = (f"That is at least {matrix} ({megabytes(matrix_bytes)}): work tile by tile, holding one tile of "
-             "scores at a time." if peak.bytes >= matrix_bytes else "Hold one tile of scores at a time.")
-    checks.require(peak.bytes <= allowed, f"{what} used {megabytes(peak.bytes)} of memory at its peak, "
-                   f"where {megabytes(allowed)} is allowed.", whole)
+    checks.require(peak.bytes <= allowed, f"{what} used {megabytes(peak.bytes)} of memory at its peak, where "
+                   f"{megabytes(allowed)} is allowed ({matrix} is {megabytes(matrix_bytes)}).",
+                   whole if peak.bytes >= matrix_bytes else "Hold one tile of scores at a time.")

@@ -20,6 +20,8 @@ CAUSES = {
     "accumulate": "dK and dV collect a part from every query tile: accumulate them with +=, do not overwrite them "
                   "with =.",
     "no_mask": "no causal mask when the weights are recomputed (key j > query i has weight 0)",
+    "whole_matrix": "The whole [Sq, Sk] weight matrix was held at once: work tile by tile, holding one tile at "
+                    "a time.",
     "shapes": "dq has q's shape, dk k's and dv v's; lse is [B, H, Sq], so lse[..., i0:i1, None] broadcasts over a "
               "tile's keys.",
 }
@@ -132,4 +134,5 @@ def test_memory_stays_below_one_score_matrix(student):
     *_, reply = backward(student, q, k, v, d_out, False, block, block, measure_memory=True)
     matrix = n * n * 4
     A.check_memory(reply, matrix // 4, f"flash_attention_backward on {n} queries and {n} keys (d = {MEMORY_D}, "
-                   f"float32, blocks of {block})", f"one {n} x {n} float32 matrix of weights", matrix)
+                   f"float32, blocks of {block})", f"one {n} x {n} float32 matrix of weights", matrix,
+                   CAUSES["whole_matrix"])

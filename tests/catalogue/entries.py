@@ -19,6 +19,7 @@ class Mistake:
     fails: tuple          # the tests it may fail (names without test_)
     code: str
     also_fails: tuple = ()  # known debt: tests it still fails although their property holds
+    also_named: tuple = ()  # other causes its feedback may give: the answer really makes those mistakes too
     exercise: str = ""      # filled in from the module that lists it
 
 

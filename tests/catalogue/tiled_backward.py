@@ -1,27 +1,86 @@
 """The catalogue of tiled_backward: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_tiled_backward.py, and the tests it may fail), correct variants and
-degenerate answers.  TODO: the mistakes students really make, each with its own cause."""
+CAUSES in autograder/suites/test_tiled_backward.py, and the tests it may fail), correct variants
+and degenerate answers."""
 
 from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("flash_attention")["tiled_backward"]
+VALUES = ("dq_and_dk", "causal", "lengths_the_blocks_do_not_divide")
+
+
+def changed(*pairs):
+    code = SOLUTION
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert old in code, old
+        code = code.replace(old, new)
+    return code
+
 
 MISTAKES = [
-    Mistake("doubles its input", "doubled",
-            fails=("matches_reference_solution",),
-            code='''def flash_attention_backward(x):
-    return 2 * x
+    Mistake("no D = rowsum(dO * O)", "no_delta", fails=VALUES,
+            code=changed(" - delta[:, :, i0:i1, None])", ")")),
+    Mistake("dQ and dK without 1/sqrt(d)", "no_scale", fails=VALUES,
+            code=changed("ds @ k_tile * scale", "ds @ k_tile", "@ q_tile * scale", "@ q_tile")),
+    Mistake("dK and dV overwritten for each query tile", "accumulate", fails=("dv", *VALUES),
+            code=changed("dv[:, :, j0:j1] +=", "dv[:, :, j0:j1] =", "dk[:, :, j0:j1] +=", "dk[:, :, j0:j1] =")),
+    Mistake("no causal mask in the recomputed weights", "no_mask", fails=("causal",),
+            code=changed("            if causal:\n                s = s.masked_fill", "            if False:\n                s = s.masked_fill")),
+    Mistake("autograd through the direct computation", "whole_matrix", fails=("memory_stays_below_one_score_matrix",),
+            code='''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+        o = torch.softmax(s, dim=-1) @ v
+        return torch.autograd.grad(o, (q, k, v), d_out)
 '''),
 ]
 
 
 VARIANTS = [
-    Variant("the reference written another way (TODO)", '''def flash_attention_backward(x):
-    return x.clone()
+    Variant("key tiles outside, as FlashAttention-2's backward", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    scale = q.shape[-1] ** -0.5
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    D = torch.einsum("...qd,...qd->...q", d_out, out)
+    dq = torch.zeros_like(q)
+    dks, dvs = [], []
+    for j in range(0, n_k, block_k):
+        kj, vj = k[..., j:j + block_k, :], v[..., j:j + block_k, :]
+        dk_j, dv_j = torch.zeros_like(kj), torch.zeros_like(vj)
+        for i in range(0, n_q, block_q):
+            rows = torch.arange(i, min(i + block_q, n_q))
+            if causal and j > rows[-1]:
+                continue
+            s = q[..., i:i + block_q, :] @ kj.transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j, j + kj.shape[-2]) > rows[:, None], float("-inf"))
+            p = (s - lse[..., i:i + block_q, None]).exp()
+            do = d_out[..., i:i + block_q, :]
+            dv_j = dv_j + p.transpose(-2, -1) @ do
+            ds = p * (do @ vj.transpose(-2, -1) - D[..., i:i + block_q, None]) * scale
+            dq[..., i:i + block_q, :] += ds @ kj
+            dk_j = dk_j + ds.transpose(-2, -1) @ q[..., i:i + block_q, :]
+        dks.append(dk_j)
+        dvs.append(dv_j)
+    return dq, torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
 '''),
 ]
 
 
 DEGENERATES = [
-    Degenerate("zeros", '''def flash_attention_backward(x):
-    return torch.zeros_like(x)
+    Degenerate("zeros", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+'''),
+    Degenerate("NaN", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    return torch.full_like(q, float("nan")), torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+'''),
+    Degenerate("the inputs handed back", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    return q.clone(), k.clone(), v.clone()
+'''),
+    Degenerate("uniform weights", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    dv = d_out.mean(dim=-2, keepdim=True).expand_as(v) * q.shape[-2]
+    return torch.zeros_like(q), torch.zeros_like(k), dv.clone()
 '''),
 ]
