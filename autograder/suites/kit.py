@@ -322,6 +322,13 @@ def megabytes(count):
     return f"{count / 2**20:.1f} MiB"
 
 
+def memory_allowed(matrix_bytes, tensors):
+    """What a tiled call may add at its peak: a quarter of the [Sq, Sk] matrix it must not hold, and
+    three times its inputs and outputs (the call's window also holds the request as it arrives and
+    the reply as it leaves)."""
+    return matrix_bytes // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
+
+
 def check_memory(reply, allowed, what, matrix, matrix_bytes, whole):
     """The call (made with measure_memory=True) grew the student's resident memory by at most
     `allowed` bytes at its peak.  `matrix` names the matrix it must not hold, of `matrix_bytes`;

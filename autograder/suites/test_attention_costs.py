@@ -63,16 +63,14 @@ CONFIGS = [(2, 8, 1024, 64, torch.float32), (1, 16, 4096, 128, torch.float16), (
 
 
 def test_counts_grow_with_the_sequence(student):
-    """The gate: FLOPs grow fourfold when n doubles; naive bytes grow with n and with the dtype's size."""
+    """The gate: FLOPs grow fourfold when n doubles; the bytes of naive attention grow with n."""
     flops, moved = costs(student, 1, 2, 512, 64, torch.float32)
     flops_2n, moved_2n = costs(student, 1, 2, 1024, 64, torch.float32)
-    _, moved_half = costs(student, 1, 2, 512, 64, torch.float16)
     checks.require(flops > 0 and flops_2n == 4 * flops,
                    "The FLOPs of attention do not grow fourfold when n doubles, so they do not count the n x n "
                    "products yet.")
-    checks.require(moved_2n > moved > moved_half > 0,
-                   "The bytes of naive attention do not grow with n and shrink with a smaller dtype, so they do not "
-                   "count the tensors yet.")
+    checks.require(moved_2n > moved > 0,
+                   "The bytes of naive attention do not grow with n, so they do not count the tensors yet.")
 
 
 def test_returns_two_whole_numbers(student):
@@ -100,5 +98,6 @@ def test_tiled_bytes(student):
 
 
 def test_tiled_bytes_with_a_partial_tile(student):
-    compare(student, (*CONFIGS[2], 128), 1, f"The bytes of tiled attention {CONFIGS[2]} with block_q=128",
+    args = (4, 4, 300, 32, torch.float32)
+    compare(student, (*args, 128), 1, f"The bytes of tiled attention {args} with block_q=128",
             "Read Q and write O once; read K and V once per query tile.")

@@ -101,10 +101,12 @@ def tile_skip_flops(n, d, d_v, block_q, block_k):
 
 
 def test_computes_attention(student):
-    """The gate: with the identity as the values, the output is the weights; they must be attention's."""
+    """The gate: with the identity as the values, the output is the weights; they must be attention's.
+    One tile holds everything here, so a slip in the tiling (kept for the tests of that) does not hide
+    that the answer computes attention."""
     def call(q, k, v):
         eye = torch.eye(k.shape[-2], dtype=k.dtype).expand(*k.shape[:-1], k.shape[-2])
-        return flash(student, q, k, v)[0], flash(student, q, k, eye)[0]
+        return flash(student, q, k, v, block_q=64, block_k=64)[0], flash(student, q, k, eye, block_q=64, block_k=64)[0]
     substance.attention_function(call, *inputs(64, 48, seed=1))
 
 
@@ -171,8 +173,8 @@ def test_memory_stays_below_one_score_matrix(student):
     n, block = MEMORY_N, MEMORY_BLOCK
     q, k, v = (A.randn(1, 1, n, MEMORY_D, seed=12 + i, dtype=torch.float32) for i in range(3))
     flash(student, q[..., :512, :], k[..., :512, :], v[..., :512, :], False, block, block)  # a warm-up
-    _, _, reply = flash(student, q, k, v, False, block, block, measure_memory=True)
+    out, lse, reply = flash(student, q, k, v, False, block, block, measure_memory=True)
     matrix = n * n * 4
-    A.check_memory(reply, matrix // 4, f"flash_attention on {n} queries and {n} keys (d = {MEMORY_D}, float32, "
+    A.check_memory(reply, A.memory_allowed(matrix, (q, k, v, out, lse)), f"flash_attention on {n} queries and {n} keys (d = {MEMORY_D}, float32, "
                    f"blocks of {block})", f"one {n} x {n} float32 score matrix", matrix,
                    CAUSES["whole_matrix"])

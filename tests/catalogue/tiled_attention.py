@@ -90,8 +90,9 @@ VARIANTS = [
             s = qi @ k[..., j:j + block_k, :].transpose(-2, -1)
             if causal:
                 s = s.masked_fill(torch.arange(j, min(j + block_k, n_k)) > rows[:, None], -math.inf)
-            tile_lse = torch.logsumexp(s, dim=-1)
-            tile_out = torch.exp(s - tile_lse[..., None]) @ v[..., j:j + block_k, :]
+            tile_lse = torch.logsumexp(s, dim=-1)                  # -inf for a row with every key hidden
+            safe = torch.where(torch.isinf(tile_lse), torch.zeros_like(tile_lse), tile_lse)
+            tile_out = torch.exp(s - safe[..., None]) @ v[..., j:j + block_k, :]
             if out is None:
                 out, lse = tile_out, tile_lse
             else:
