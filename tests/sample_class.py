@@ -116,7 +116,7 @@ class MultiHeadAttention(nn.Module):
 '''
 
 # student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
-ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")
+ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache", "flash_attention")
 STUDENTS = {
     "ada_perfect": {assignment: {} for assignment in ALL},
     "ben_untouched": {assignment: "untouched" for assignment in ALL},
@@ -139,6 +139,14 @@ STUDENTS = {
     "kim_mask_bugs": {"masks": {"padding_mask": mistake("padding_mask", "<= instead of <"),
                                 "fix_causal_attention": mistake("fix_causal_attention", "mask == 0 keeps only the future")},
                       "kv_cache": {"gqa": mistake("gqa", "repeat instead of repeat_interleave")}},
+    "lea_direct_attention": {"flash_attention": {
+        "online_softmax": mistake("online_softmax", "the running sum not rescaled when the maximum grows"),
+        "tiled_attention": mistake("tiled_attention", "the direct computation, one score matrix"),
+        "tiled_backward": mistake("tiled_backward", "autograd through the direct computation")}},
+    "max_flash_slips": {"kv_cache": {}, "flash_attention": {
+        "tiled_attention": mistake("tiled_attention", "the logsumexp of the last tile"),
+        "tiled_backward": mistake("tiled_backward", "no D = rowsum(dO * O)"),
+        "attention_costs": mistake("attention_costs", "elements, not bytes")}},
 }
 
 

@@ -13,21 +13,24 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19); 0 where a
+# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19, 42); 0 where a
 # student did not submit an assignment.
-ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache")
+ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache",
+               "flash_attention")
 SCORES = {
-    "ada_perfect": (18, 16, 22, 34, 25, 19),
-    "ben_untouched": (0, 0, 0, 0, 0, 0),
-    "cara_no_scaling": (0, 12, 22, 34, 0, 0),
-    "dev_wrong_axes": (0, 6, 19, 24, 0, 0),
-    "eli_three_d_only": (0, 1, 21, 34, 0, 0),
-    "fay_syntax_error": (0, 0, 22, 17, 0, 0),
-    "gus_infinite_loop": (0, 0, 22, 34, 0, 0),
-    "hal_corrupt": (0, 0, 0, 0, 0, 0),
-    "ivy_hostile": (0, 0, 22, 21, 0, 0),
-    "jon_unstable": (14, 0, 0, 0, 24, 0),
-    "kim_mask_bugs": (0, 0, 14, 0, 0, 15),
+    "ada_perfect": (18, 16, 22, 34, 25, 19, 42),
+    "ben_untouched": (0, 0, 0, 0, 0, 0, 0),
+    "cara_no_scaling": (0, 12, 22, 34, 0, 0, 0),
+    "dev_wrong_axes": (0, 6, 19, 24, 0, 0, 0),
+    "eli_three_d_only": (0, 1, 21, 34, 0, 0, 0),
+    "fay_syntax_error": (0, 0, 22, 17, 0, 0, 0),
+    "gus_infinite_loop": (0, 0, 22, 34, 0, 0, 0),
+    "hal_corrupt": (0, 0, 0, 0, 0, 0, 0),
+    "ivy_hostile": (0, 0, 22, 21, 0, 0, 0),
+    "jon_unstable": (14, 0, 0, 0, 24, 0, 0),
+    "kim_mask_bugs": (0, 0, 14, 0, 0, 15, 0),
+    "lea_direct_attention": (0, 0, 0, 0, 0, 0, 30),
+    "max_flash_slips": (0, 0, 0, 0, 0, 19, 31),
 }
 EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
             for assignment, score in zip(ASSIGNMENTS, scores)}
@@ -150,7 +153,7 @@ def test_report_gives_pass_rates_and_flags_tests(graded):
     text = (report / "report.md").read_text()
     assert "Nobody passed" in text and "Everybody passed" in text
     # the integrity report: the class's named mistakes, the tampering flags, the similar pairs
-    assert "| 1 of 11 | attention without the 1/sqrt(d_k) scaling |" in text
+    assert "| 1 of 13 | attention without the 1/sqrt(d_k) scaling |" in text
     assert "ivy_hostile / scaled_attention: scaled_attention.ipynb: cell sdpa" in text
     page = (report / "integrity.html").read_text()
     assert "<mark>" in page and "The class's mistakes" in page

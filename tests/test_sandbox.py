@@ -124,3 +124,22 @@ def look():
 """
     with submission(worker, probe) as student:
         assert student.call("look")["output"] == (False, False, None, [])
+
+
+def test_a_calls_memory_is_measured_from_outside_and_the_child_cannot_reset_it(worker):
+    """The grader reads a call's peak memory through the host's /proc; the child may neither reset its
+    own peak (clear_refs) nor make itself dumpable again to do so."""
+    code = ("import ctypes\n"
+            "def hold(megabytes):\n    x = torch.ones(megabytes << 18)\n    return float(x.sum())\n\n"
+            "def hold_and_reset(megabytes):\n    x = torch.ones(megabytes << 18)\n    del x\n"
+            "    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n"
+            "    open('/proc/self/clear_refs', 'w').write('5')\n    return 0.0\n\n"
+            "def dumpable():\n    return ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n")
+    with submission(worker, code) as student:
+        student.call("hold", 1)
+        small, large = (student.call("hold", mb, measure_memory=True)["peak_memory"] for mb in (1, 96))
+        assert small.kernel_peak and small.bytes < 16 << 20
+        assert large.bytes >= 96 << 20
+        assert student.call("dumpable")["output"] == -1  # refused by the seccomp filter
+        with pytest.raises(StudentError, match="PermissionError"):
+            student.call("hold_and_reset", 96, measure_memory=True)
