@@ -2,15 +2,13 @@
 CAUSES in autograder/suites/test_attention_costs.py, and the tests it may fail), correct variants
 and degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["attention_costs"]
-
-
-def changed(old, new):
-    assert old in SOLUTION, old
-    return SOLUTION.replace(old, new)
+changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [

@@ -35,3 +35,12 @@ class Degenerate:
     name: str
     code: str
     exercise: str = ""
+
+
+def edited(code, *pairs):
+    """code with each (old, new) pair replaced in turn: a mistake written as an edit of the reference
+    solution (every `old` must be there, so the entry cannot silently stop being a mistake)."""
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert old in code, old
+        code = code.replace(old, new)
+    return code

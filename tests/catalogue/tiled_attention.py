@@ -2,19 +2,14 @@
 CAUSES in autograder/suites/test_tiled_attention.py, and the tests it may fail), correct variants
 and degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_attention"]
+changed = partial(edited, SOLUTION)
 CAUSAL_VALUES = ("causal", "causal_with_uneven_blocks")
-
-
-def changed(*pairs):
-    code = SOLUTION
-    for old, new in zip(pairs[::2], pairs[1::2]):
-        assert old in code, old
-        code = code.replace(old, new)
-    return code
 
 
 DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
