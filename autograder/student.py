@@ -193,7 +193,7 @@ class StudentProcess:
         self.cells = list(cells)
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
-        self.host_pid = None      # (pid, the host's pid of that child), found on first use
+        self.host_pid = None      # the host's pid of the child (for reading its memory), found on first use
         self.cell_reports = None
         self.skip_cells = set()   # cells that hung: not run again after a restart
         self.hung = {}            # name -> message, for functions that hung once
@@ -272,18 +272,13 @@ class StudentProcess:
                                           result["traceback"], cell.defines))
         return reports
 
-    def _host_pid(self):
-        if self.host_pid is None or self.host_pid[0] != self.pid:
-            self.host_pid = (self.pid, self.worker.host_pid(self.pid))
-        return self.host_pid[1]
-
     def kill(self):
         if self.pid is None:
             return
         for fd in (self.requests, self.replies):
             os.close(fd)
         self.worker.end(self.pid)
-        self.pid = self.requests = self.replies = None
+        self.pid = self.requests = self.replies = self.host_pid = None
 
     def close(self):
         if self.pid is not None:
@@ -321,7 +316,9 @@ class StudentProcess:
             self.start()
             timeout = min(self.limits.call_timeout, self._budget_left())
         try:
-            with memory.PeakMemory(self._host_pid()) if measure_memory else contextlib.nullcontext() as measure:
+            if measure_memory and self.host_pid is None:
+                self.host_pid = self.worker.host_pid(self.pid)
+            with memory.PeakMemory(self.host_pid) if measure_memory else contextlib.nullcontext() as measure:
                 self._send({**message, "timeout": timeout})
                 reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
         except protocol.Timeout:

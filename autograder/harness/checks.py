@@ -68,9 +68,10 @@ def _describe_type(value):
 
 
 def pair(value, what, names=("output", "weights")):
-    """Check that a function returned a pair such as (output, weights)."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise Feedback(f"{what} should return a pair ({', '.join(names)}), "
+    """Check that a function returned a pair such as (output, weights), or as many items as `names`."""
+    if not isinstance(value, (tuple, list)) or len(value) != len(names):
+        kind = "a pair" if len(names) == 2 else f"{len(names)} items"
+        raise Feedback(f"{what} should return {kind} ({', '.join(names)}), "
                        f"but it returned {_describe_type(value)}.")
     return value
 

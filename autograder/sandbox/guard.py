@@ -1,9 +1,10 @@
 """The from-scratch rule, enforced where the student's code runs (this file runs in the sandbox).
 
 While the grader calls a function of an exercise that must be written from scratch, torch's own
-attention does not work: every attention operator of PyTorch's dispatcher, forward and backward (the fused, flash, math
-and multi-head kernels, however they are reached: torch.nn.functional, torch._C._nn, torch.ops.aten,
-nn.MultiheadAttention's fast path) gets a kernel that records the call and raises.  Python-level
+attention does not work: every attention operator of PyTorch's dispatcher, forward and backward
+(the fused, flash, math and multi-head kernels, however they are reached: torch.nn.functional,
+torch._C._nn, torch.ops.aten, nn.MultiheadAttention's fast path) gets a kernel that records the
+call and raises.  Python-level
 entry points that compute attention without those operators (nn.MultiheadAttention's slow path,
 F.multi_head_attention_forward) are wrapped once, before any submission's code runs, so a reference
 taken by the submission is the wrapper.

@@ -313,29 +313,32 @@ def logsumexp(q, k, mask=None):
     return scores.logsumexp(dim=-1)
 
 
-def causal(sq, sk=None):
-    """None, or the causal mask of flash_attention(..., causal=True): query i sees keys j <= i."""
-    return tril(sq, sk)
+# The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands out in a call's memory.
+MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 64, 256
+
+
+def memory_inputs(count, seed):
+    """`count` float32 tensors [1, 1, MEMORY_N, MEMORY_D]."""
+    return [randn(1, 1, MEMORY_N, MEMORY_D, seed=seed + i, dtype=torch.float32) for i in range(count)]
 
 
 def megabytes(count):
     return f"{count / 2**20:.1f} MiB"
 
 
-def memory_allowed(matrix_bytes, tensors):
-    """What a tiled call may add at its peak: a quarter of the [Sq, Sk] matrix it must not hold, and
-    three times its inputs and outputs (the call's window also holds the request as it arrives and
-    the reply as it leaves)."""
-    return matrix_bytes // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
-
-
-def check_memory(reply, allowed, what, matrix, matrix_bytes, whole):
-    """The call (made with measure_memory=True) grew the student's resident memory by at most
-    `allowed` bytes at its peak.  `matrix` names the matrix it must not hold, of `matrix_bytes`;
-    `whole` is the hint when the peak reached that size."""
+def check_memory(reply, function, tensors, matrix, whole):
+    """A call of `function` on the memory inputs (made with measure_memory=True, blocks of
+    MEMORY_BLOCK) grew the student's resident memory by at most a quarter of one [N, N] float32
+    `matrix`, plus three times `tensors`, the call's inputs and outputs (its window also holds the
+    request as it arrives and the reply as it leaves); `whole` is the hint when the peak reached the
+    size of that matrix."""
     peak = reply.get("peak_memory")
+    what = f"{function} on {MEMORY_N} queries and {MEMORY_N} keys (d = {MEMORY_D}, float32, blocks of {MEMORY_BLOCK})"
     if peak is None:
         raise Feedback(f"The memory of {what} could not be measured (the process stopped during the call).")
+    matrix_bytes = MEMORY_N * MEMORY_N * 4
+    allowed = matrix_bytes // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
     checks.require(peak.bytes <= allowed, f"{what} used {megabytes(peak.bytes)} of memory at its peak, where "
-                   f"{megabytes(allowed)} is allowed ({matrix} is {megabytes(matrix_bytes)}).",
+                   f"{megabytes(allowed)} is allowed (one {MEMORY_N} x {MEMORY_N} float32 {matrix} is "
+                   f"{megabytes(matrix_bytes)}).",
                    whole if peak.bytes >= matrix_bytes else "Hold one tile of scores at a time.")

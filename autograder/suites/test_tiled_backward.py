@@ -26,20 +26,17 @@ CAUSES = {
               "tile's keys.",
 }
 BLOCK_Q, BLOCK_K = 32, 16
-MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 64, 256
 NAMES = ("dq", "dk", "dv")
 
 
 def backward(student, q, k, v, d_out, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **options):
     """(dq, dk, dv, the reply) of the student's backward, handed the true out and lse."""
-    mask = A.causal(q.shape[-2], k.shape[-2]) if causal else None
+    mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
     out, lse = A.attention(q, k, v, mask)[0], A.logsumexp(q, k, mask)
     with A.crash_hint(CAUSES["shapes"]):
         reply = student.call("flash_attention_backward", q, k, v, out, lse, d_out, causal, block_q, block_k,
                              **options)
-    grads = reply["output"]
-    checks.require(isinstance(grads, (tuple, list)) and len(grads) == 3,
-                   f"flash_attention_backward returned {checks._describe_type(grads)}, not (dq, dk, dv).")
+    grads = checks.pair(reply["output"], "flash_attention_backward(...)", NAMES)
     return (*(checks.tensor(grad, name) for grad, name in zip(grads, NAMES)), reply)
 
 
@@ -85,7 +82,7 @@ HINT = {"dv": "dV = P^T @ dO with P = exp(S - lse). " + CAUSES["accumulate"],
 
 def compare(student, q, k, v, d_out, what, names=NAMES, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K):
     *grads, _ = backward(student, q, k, v, d_out, causal, block_q, block_k)
-    mask = A.causal(q.shape[-2], k.shape[-2]) if causal else None
+    mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
     want = autograd(q, k, v, d_out, mask)
     for index, name in enumerate(NAMES):
         if name in names:
@@ -132,12 +129,9 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 
 def test_memory_stays_below_one_score_matrix(student):
-    n, block = MEMORY_N, MEMORY_BLOCK
-    q, k, v, d_out = (A.randn(1, 1, n, MEMORY_D, seed=20 + i, dtype=torch.float32) for i in range(4))
-    small = slice(0, 512)
-    backward(student, q[..., small, :], k[..., small, :], v[..., small, :], d_out[..., small, :], False, block, block)
+    q, k, v, d_out = A.memory_inputs(4, seed=20)
+    block, warm = A.MEMORY_BLOCK, slice(0, 512)
+    backward(student, q[..., warm, :], k[..., warm, :], v[..., warm, :], d_out[..., warm, :], False, block, block)
     *grads, reply = backward(student, q, k, v, d_out, False, block, block, measure_memory=True)
-    matrix = n * n * 4
-    A.check_memory(reply, A.memory_allowed(matrix, (q, k, v, d_out, q, q[..., 0], *grads)), f"flash_attention_backward on {n} queries and {n} keys (d = {MEMORY_D}, "
-                   f"float32, blocks of {block})", f"one {n} x {n} float32 matrix of weights", matrix,
-                   CAUSES["whole_matrix"])
+    sent = (q, k, v, d_out, q, q[..., 0])  # out and lse have the sizes of q and q[..., 0]
+    A.check_memory(reply, "flash_attention_backward", (*sent, *grads), "matrix of weights", CAUSES["whole_matrix"])
