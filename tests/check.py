@@ -24,6 +24,8 @@ from tests.notebooks import COURSE, make_submission, solution_answers
 
 ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments for exercise in assignment.exercises}
 MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
+SUITE_TEXT = {exercise.id: exercise.suite.read_text() for assignment in COURSE.assignments
+              for exercise in assignment.exercises}
 KINDS = {"mistake": MISTAKES, "variant": VARIANTS, "degenerate": DEGENERATES}
 
 
@@ -37,9 +39,15 @@ def entries(exercise=None):
             if exercise is None or entry.exercise == exercise]
 
 
-# Assignments whose answers never call one another (each suite calls its own function only): an
-# entry is graded beside the released stubs of the other exercises, whose tests then stop at once.
-SELF_CONTAINED = {"masks", "kv_cache", "flash_attention"}
+def needs(exercise):
+    """The other exercises of its assignment whose answers an exercise's grading calls: those whose
+    functions or classes its reference answer or its hidden suite names.  A catalogue entry is graded
+    beside their reference answers and the released stubs of the rest, whose tests stop at once."""
+    assignment = ASSIGNMENT_OF[exercise]
+    reference = solution_answers(assignment)
+    mine = reference[exercise] + SUITE_TEXT[exercise]
+    return {other: code for other, code in reference.items() if other != exercise
+            and any(re.search(rf"\b{name}\b", mine) for name in re.findall(r"^(?:def|class) (\w+)", code, re.M))}
 
 
 def grade_entries(chosen, root, extra=()):
@@ -47,8 +55,7 @@ def grade_entries(chosen, root, extra=()):
     as one class under root; returns the folder of results."""
     for kind, entry in chosen:
         assignment = ASSIGNMENT_OF[entry.exercise]
-        others = {} if assignment in SELF_CONTAINED else solution_answers(assignment)
-        answers = {**others, entry.exercise: entry.code}
+        answers = {**needs(entry.exercise), entry.exercise: entry.code}
         make_submission(assignment, answers, root / "submitted" / student_id(kind, entry) / assignment)
     for student, assignment, answers in extra:
         make_submission(assignment, answers, root / "submitted" / student / assignment)
