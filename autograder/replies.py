@@ -122,4 +122,7 @@ def module(value):
         _gradients(grads, "input_grads")
     _dict(value["attributes"], "attributes")
     _require(type(value["training"]) is bool, "training is not a bool")
+    _require(type(value.get("held_elements")) is int, "held_elements is not an int")
+    if "flops" in value:
+        _require(type(value["flops"]) is int, "flops is not an int")
     return _builtin_flag(value)

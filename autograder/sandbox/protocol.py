@@ -130,6 +130,7 @@ _DTYPES = {str(dtype): dtype for dtype in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64,
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)}
 _TENSOR_DTYPES = set(_DTYPES.values())
+_DTYPES.update({str(dtype): dtype for dtype in (torch.float8_e4m3fn, torch.float8_e5m2)})  # as arguments only
 
 
 class _Budget:

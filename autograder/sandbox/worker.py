@@ -297,7 +297,35 @@ def describe_module(instance):
                            if not name.startswith("_") and isinstance(value, (int, float, bool, str))}}
 
 
+def held_elements(instance):
+    """How many numbers a module keeps in tensors that are not its parameters (a cache, buffers),
+    wherever in its own attributes or its submodules' it keeps them."""
+    seen, count = set(), 0
+
+    def visit(value, depth=0):
+        nonlocal count
+        if isinstance(value, torch.nn.Parameter) or depth > 4:
+            return
+        if isinstance(value, torch.Tensor):
+            if id(value) not in seen:
+                seen.add(id(value))
+                count += value.numel()
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item, depth + 1)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item, depth + 1)
+
+    for part in instance.modules():
+        for name, value in vars(part).items():
+            if name not in ("_parameters", "_modules"):
+                visit(value)
+    return count
+
+
 def module(request):
+    counter = FlopCounterMode(display=False) if request.get("count_flops") else contextlib.nullcontext()
     with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
         outputs, input_grads = [], []
@@ -307,10 +335,11 @@ def module(request):
             if request.get("grad"):
                 args = requires_grad(args)
             step_args.append(args)
-            if step.get("function"):
-                result = lookup(step["function"])(instance, *args, **step["kwargs"])
-            else:
-                result = getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"])
+            with counter if step.get("count_flops") else contextlib.nullcontext():
+                if step.get("function"):
+                    result = lookup(step["function"])(instance, *args, **step["kwargs"])
+                else:
+                    result = getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"])
             outputs.append(describe_module(result) if isinstance(result, torch.nn.Module) else result)
         parameters = dict(instance.named_parameters())
         param_grads = {}
@@ -325,8 +354,9 @@ def module(request):
             param_grads = dict(zip(parameters, flat[position:]))
         attributes = {name: getattr(instance, name) for name in request.get("attributes", [])
                       if isinstance(getattr(instance, name, None), (int, float, bool, str))}
-    return {
+    reply = {
         "outputs": outputs,
+        "held_elements": held_elements(instance),
         "parameters": {name: value.detach() for name, value in parameters.items()},
         "buffers": {name: value for name, value in instance.named_buffers()},
         "param_grads": param_grads,
@@ -335,6 +365,9 @@ def module(request):
         "training": instance.training,
         "used_builtin_attention": GUARD.used,
     }
+    if request.get("count_flops"):
+        reply["flops"] = int(counter.get_total_flops())
+    return reply
 
 
 HANDLERS = {"load": load, "names": names, "call": call, "module": module}

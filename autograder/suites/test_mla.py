@@ -1,0 +1,176 @@
+"""Hidden tests for MultiHeadLatentAttention(d_model, num_heads, d_head, d_latent, d_rope) with
+forward(x, use_cache=False) and reset_cache(): DeepSeek-V2's multi-head latent attention.
+
+The full forward is compared with the grader's reference once; every cached path is compared
+with the student's own full forward, so a slip in the attention is charged once.  The forward
+may use the student's own apply_rope: it is compared with the reference built on that apply_rope
+as well, so a RoPE slip is charged to apply_rope alone."""
+
+import torch
+
+from autograder.harness import checks, substance
+from autograder.student import StudentError
+from autograder.suites import kit as A
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "scale_head": "scores scaled by 1/sqrt(d_head) instead of 1/sqrt(d_head + d_rope) (each head's query "
+                  "and key are d_head + d_rope wide)",
+    "unrotated_key": "the shared RoPE key used without apply_rope (only the queries are turned)",
+    "rope_values": "apply_rope on the values as well (RoPE turns queries and keys only; values carry content)",
+    "no_mask": "no causal mask (each token sees the tokens after it)",
+    "positions_from_zero": "new tokens turned at positions 0, 1, ... on every call instead of at the number of "
+                           "tokens already cached onwards",
+    "no_offset": "a mask without the offset P (tril() over [S, P + S] hides cached keys from the new tokens; "
+                 "tril(diagonal=P) is right)",
+    "never_appended": "a cache that is never appended to (each new piece sees only its own tokens)",
+    "cached_keys": "the cache holding the up-projected keys and values (2 * num_heads * d_head numbers per token) "
+                   "instead of the latent",
+    "layout": "W_q gives [B, S, H * d_head] (view as [B, S, H, d_head], heads to dim 1); W_qr gives H RoPE queries "
+              "of d_rope; W_kr one RoPE key of d_rope shared by the heads; the latent is [B, S, d_latent].",
+    "reset": "reset_cache() must forget everything the cache keeps.",
+}
+SIZES = A.MLA_SIZES
+D_MODEL, H, D_HEAD, D_LATENT, D_ROPE = SIZES
+T = 9
+
+
+def run(student, params, calls, dtype=torch.float64):
+    """One MultiHeadLatentAttention with params, the calls run on it; returns (outputs, reply)."""
+    with A.crash_hint(CAUSES["layout"]):
+        reply = A.run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls)
+    return [checks.tensor(output, "MultiHeadLatentAttention(x)") if method == "forward" else output
+            for (method, _, _), output in zip(calls, reply["outputs"])], reply
+
+
+def own_full(student, params, x):
+    return run(student, params, [("forward", (x,), {})], x.dtype)[0][0]
+
+
+def in_pieces(x, first, chunk):
+    calls = [("reset_cache", (), {}), ("forward", (x[:, :first],), {"use_cache": True})]
+    return calls + [("forward", (x[:, start:start + chunk],), {"use_cache": True})
+                    for start in range(first, x.shape[1], chunk)]
+
+
+def pieces(student, params, x, first=1, chunk=1):
+    outputs, reply = run(student, params, in_pieces(x, first, chunk), x.dtype)
+    outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
+    for output in outputs:
+        checks.require(output.dim() == 3 and output.shape[-1] == D_MODEL,
+                       f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
+                       "Return the output for the new tokens only: [B, T_new, d_model].")
+    return torch.cat(outputs, dim=1), reply
+
+
+def mistaken_pieces(params, x, first, chunk, mistake):
+    """What a mistaken cache gives, fed the same way."""
+    bounds = [(0, first)] + [(s, min(s + chunk, x.shape[1])) for s in range(first, x.shape[1], chunk)]
+    latent, k_rope, outputs = x[:, :0, :D_LATENT], x[:, :0, :D_ROPE], []
+    for start, end in bounds:
+        positions = torch.arange(end - start) if mistake == "positions_from_zero" else torch.arange(start, end)
+        new_latent, new_rope = A.mla_cache_entries(params, x[:, start:end], positions)
+        if mistake == "never_appended":
+            latent, k_rope = new_latent, new_rope
+        else:
+            latent, k_rope = torch.cat([latent, new_latent], 1), torch.cat([k_rope, new_rope], 1)
+        outputs.append(A.mla_attend(params, x[:, start:end], latent, k_rope, positions,
+                                    mask_offset=mistake != "no_offset"))
+    return torch.cat(outputs, dim=1)
+
+
+def named_cached(params, x, first, chunk):
+    return A.named(CAUSES, **{key: mistaken_pieces(params, x, first, chunk, key)
+                              for key in ("positions_from_zero", "never_appended", "no_offset")})
+
+
+def students_rope(student):
+    """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
+    def turn(x, positions):
+        return checks.tensor(student.call("apply_rope", x, positions)["output"], "apply_rope")
+    try:
+        turn(A.randn(1, 2, D_ROPE, seed=1), torch.arange(2))
+    except (StudentError, checks.Feedback):
+        return None
+    return turn
+
+
+def x_of(seed, t=T, dtype=torch.float64):
+    return A.randn(A.B, t, D_MODEL, seed=seed, dtype=dtype)
+
+
+def test_computes_attention(student):
+    """The gate, on the full forward."""
+    x = x_of(401)
+    substance.attention_module(lambda params: own_full(student, params, x), A.mla_parameters(seed=402),
+                               keys="W_uk")
+
+
+def test_projection_shapes(student):
+    parameters = student.module("MultiHeadLatentAttention", SIZES)["parameters"]
+    for name, shape in A.mla_shapes().items():
+        checks.require(f"{name}.weight" in parameters, f"The module has no {name}.",
+                       "Name the projections W_q, W_qr, W_dkv, W_uk, W_uv, W_kr, W_o.")
+        checks.shape(parameters[f"{name}.weight"], shape, f"{name}.weight", CAUSES["layout"])
+    checks.require(not any(name.endswith(".bias") for name in parameters),
+                   "MultiHeadLatentAttention has bias parameters.", "Use nn.Linear(..., bias=False).")
+
+
+def test_matches_the_reference(student):
+    params, x = A.mla_parameters(seed=410), x_of(411)
+    output = own_full(student, params, x)
+    want = A.mla(params, x)
+    theirs = students_rope(student)
+    if theirs is not None and checks.is_close(output, A.mla(params, x, theirs)):
+        want = output  # right, with the student's own apply_rope (charged there if it is wrong)
+    checks.close(output, want, "forward(x) without the cache",
+                 "q_h = [W_q x]_h with [W_qr x]_h turned; k_h = [W_uk c]_h with the shared W_kr x turned; "
+                 "v_h = [W_uv c]_h; causal softmax of q_h . k_h / sqrt(d_head + d_rope); W_o of the merged heads.",
+                 A.named(CAUSES, scale_head=A.mla(params, x, scale=D_HEAD ** -0.5),
+                         unrotated_key=A.mla(params, x, unrotated_key=True),
+                         rope_values=A.mla(params, x, rope_values=True), no_mask=A.mla(params, x, mask=False)))
+
+
+def test_token_by_token_equals_the_full_forward(student):
+    params, x = A.mla_parameters(seed=420), x_of(421)
+    checks.same(pieces(student, params, x)[0], own_full(student, params, x),
+                "One token at a time with use_cache=True, concatenated, against your own forward(x)",
+                mistakes=named_cached(params, x, 1, 1))
+
+
+def test_prompt_then_chunks(student):
+    params, x = A.mla_parameters(seed=430), x_of(431, t=20)
+    checks.same(pieces(student, params, x, first=5, chunk=3)[0], own_full(student, params, x),
+                "A 5-token prompt, then chunks of 3 tokens with use_cache=True, against your own forward(x)",
+                mistakes=named_cached(params, x, 5, 3))
+
+
+def test_cache_holds_the_latent_and_the_rope_key_only(student):
+    """What the module keeps outside its parameters grows by d_latent + d_rope numbers per token."""
+    params, x = A.mla_parameters(seed=440), x_of(441, t=12)
+    held = [pieces(student, params, x[:, :t], first=4)[1]["held_elements"] for t in (6, 12)]
+    per_token = (held[1] - held[0]) / (A.B * 6)
+    want = D_LATENT + D_ROPE
+    if per_token != want:
+        found = {want + 2 * H * D_HEAD: CAUSES["cached_keys"], 2 * H * D_HEAD + D_ROPE: CAUSES["cached_keys"],
+                 2 * H * D_HEAD + H * D_ROPE: CAUSES["cached_keys"]}.get(per_token)
+        raise checks.Feedback(
+            f"The module's cache grows by {per_token:g} numbers per token, where the latent and the RoPE key are "
+            f"d_latent + d_rope = {want}.",
+            f"It matches {found}." if found else
+            "Keep the latent c (d_latent) and the turned RoPE key (d_rope) of each token, nothing else per token.")
+
+
+def test_reset_starts_a_new_sequence(student):
+    params, first, second = A.mla_parameters(seed=450), x_of(451), x_of(452)
+    before = in_pieces(first, 2, 3)
+    outputs, _ = run(student, params, before + in_pieces(second, 3, 2))
+    tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
+    checks.same(torch.cat(tail, dim=1), pieces(student, params, second, first=3, chunk=2)[0],
+                "A second sequence after reset_cache(), against the same sequence on a fresh module", CAUSES["reset"])
+
+
+def test_keeps_float32(student):
+    params = A.mla_parameters(dtype=torch.float32, seed=460)
+    output, _ = pieces(student, params, x_of(461, dtype=torch.float32), first=3)
+    checks.dtype(output, torch.float32, "The cached output", "Avoid hard-coded dtypes.")

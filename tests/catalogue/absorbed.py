@@ -1,0 +1,89 @@
+"""The catalogue of absorbed (absorbed_attention): its mistakes (with the cause each must be named by,
+a key of CAUSES in autograder/suites/test_absorbed.py, and the tests it may fail), correct variants and
+degenerate answers."""
+
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("latent_attention")["absorbed"]
+changed = partial(edited, SOLUTION)
+
+
+MISTAKES = [
+    Mistake("nn.Linear's weight read as [in, out]", "in_out",
+            fails=("whole_sequence_equals_the_naive_path",),
+            code=changed("W_uk = mla.W_uk.weight.view(H, d_head, d_latent)",
+                         "W_uk = mla.W_uk.weight.reshape(d_latent, H, d_head).permute(1, 2, 0)",
+                         "W_uv = mla.W_uv.weight.view(H, d_head, d_latent)",
+                         "W_uv = mla.W_uv.weight.reshape(d_latent, H, d_head).permute(1, 2, 0)")),
+    Mistake("the new queries turned from position 0", "positions_from_zero",
+            fails=("new_tokens_are_turned_at_their_positions",),
+            code=changed("positions = torch.arange(T - S, T)", "positions = torch.arange(S)")),
+    Mistake("a mask without the offset", "no_offset",
+            # one new token after the cache is hidden from it as well: the same property
+            fails=("new_tokens_see_the_whole_cache", "new_tokens_are_turned_at_their_positions"),
+            code=changed("tril(diagonal=T - S)", "tril()")),
+    Mistake("the cache up-projected (the naive path)", "up_projects",
+            fails=("never_up_projects_the_cache",),
+            code=changed("    q_latent = q @ W_uk                                                                 # [B, H, S, d_latent]\n",
+                         "    keys = (cache_latent @ mla.W_uk.weight.T).view(B, T, H, d_head).transpose(1, 2)\n"
+                         "    q_latent = None\n",
+                         "    scores = (q_latent @ latent.transpose(-2, -1)\n",
+                         "    scores = (q @ keys.transpose(-2, -1)\n")),
+]
+
+
+VARIANTS = [
+    Variant("W_uv folded into W_o ahead of time, einsum", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    B, S, _ = x_new.shape
+    T = cache_latent.shape[1]
+    H, dh, dl, dr = mla.num_heads, mla.d_head, mla.d_latent, mla.d_rope
+    pos = torch.arange(T - S, T)
+    q = mla.W_q(x_new).view(B, S, H, dh)
+    qr = apply_rope(mla.W_qr(x_new).view(B, S, H, dr).transpose(1, 2), pos)
+    w_uk = mla.W_uk.weight.view(H, dh, dl)
+    w_o_latent = torch.einsum("mhd,hdl->hml", mla.W_o.weight.view(-1, H, dh), mla.W_uv.weight.view(H, dh, dl))
+    scores = torch.einsum("bshd,hdl,btl->bhst", q, w_uk, cache_latent) + torch.einsum("bhsr,btr->bhst", qr, cache_rope)
+    scores = scores / math.sqrt(dh + dr)
+    causal = torch.arange(T)[None, :] > torch.arange(T - S, T)[:, None]
+    weights = scores.masked_fill(causal, float("-inf")).softmax(-1)
+    context = torch.einsum("bhst,btl->bhsl", weights, cache_latent)
+    return torch.einsum("bhsl,hml->bsm", context, w_o_latent)
+'''),
+    Variant("a loop over the heads", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    B, S, _ = x_new.shape
+    T = cache_latent.shape[1]
+    H, dh, dr = mla.num_heads, mla.d_head, mla.d_rope
+    queries = mla.W_q(x_new)
+    rope_queries = apply_rope(mla.W_qr(x_new).reshape(B, S, H, dr).transpose(1, 2), torch.arange(T - S, T))
+    mask = torch.ones(S, T, dtype=torch.bool).tril(T - S)
+    outputs = []
+    for h in range(H):
+        w_uk = mla.W_uk.weight[h * dh:(h + 1) * dh]          # [d_head, d_latent]
+        w_uv = mla.W_uv.weight[h * dh:(h + 1) * dh]
+        q_lat = queries[..., h * dh:(h + 1) * dh] @ w_uk       # [B, S, d_latent]
+        s = (q_lat @ cache_latent.transpose(1, 2) + rope_queries[:, h] @ cache_rope.transpose(1, 2)) / (dh + dr) ** 0.5
+        w = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+        outputs.append((w @ cache_latent) @ w_uv.T)            # [B, S, d_head]
+    return mla.W_o(torch.cat(outputs, dim=-1))
+'''),
+]
+
+
+DEGENERATES = [
+    Degenerate("zeros", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    return torch.zeros_like(x_new)
+'''),
+    Degenerate("NaN", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    return torch.full_like(x_new, float("nan"))
+'''),
+    Degenerate("the mean of the cached latents, every query alike", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    B, S, _ = x_new.shape
+    H, dh, dl = mla.num_heads, mla.d_head, mla.d_latent
+    mean = cache_latent.mean(dim=1, keepdim=True).unsqueeze(1).expand(B, H, S, dl)
+    heads = mean @ mla.W_uv.weight.view(H, dh, dl).transpose(-2, -1)
+    return mla.W_o(heads.transpose(1, 2).reshape(B, S, H * dh))
+'''),
+]
