@@ -116,7 +116,8 @@ class MultiHeadAttention(nn.Module):
 '''
 
 # student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
-ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache", "flash_attention")
+ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache", "flash_attention",
+       "latent_attention")
 STUDENTS = {
     "ada_perfect": {assignment: {} for assignment in ALL},
     "ben_untouched": {assignment: "untouched" for assignment in ALL},
@@ -147,6 +148,13 @@ STUDENTS = {
         "tiled_attention": mistake("tiled_attention", "the logsumexp of the last tile"),
         "tiled_backward": mistake("tiled_backward", "no D = rowsum(dO * O)"),
         "attention_costs": mistake("attention_costs", "elements, not bytes")}},
+    # the half-split RoPE layout costs apply_rope's points only: the MLA exercises that use it are
+    # compared with the reference built on the student's own apply_rope as well
+    "noor_rope_layout": {"latent_attention": {"rope": mistake("rope", "the half-split layout (rotate_half)")}},
+    "omar_latent_cache": {"latent_attention": {
+        "mla": mistake("mla", "the up-projected keys and values cached"),
+        "absorbed": mistake("absorbed", "the cache up-projected (the naive path)"),
+        "cache_bytes": mistake("cache_bytes", "MLA once per head")}},
 }
 
 
