@@ -117,7 +117,7 @@ class MultiHeadAttention(nn.Module):
 
 # student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
 ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache", "flash_attention",
-       "latent_attention")
+       "latent_attention", "head_pruning")
 STUDENTS = {
     "ada_perfect": {assignment: {} for assignment in ALL},
     "ben_untouched": {assignment: "untouched" for assignment in ALL},
@@ -155,6 +155,9 @@ STUDENTS = {
         "mla": mistake("mla", "the up-projected keys and values cached"),
         "absorbed": mistake("absorbed", "the cache up-projected (the naive path)"),
         "cache_bytes": mistake("cache_bytes", "MLA once per head")}},
+    "pia_pruning_slips": {"head_pruning": {
+        "head_importance": mistake("head_importance", "measured in training mode"),
+        "pruning_curve": mistake("pruning_curve", "the mask not restored")}},
 }
 
 

@@ -50,7 +50,7 @@ def test_workflows_call_make_targets_that_exist():
 
 # -- the student kit ---------------------------------------------------------------------------
 
-AFTER_THE_TERM = "2026-12-01T00:00:00Z"
+AFTER_THE_TERM = "2027-01-12T00:00:00Z"
 
 
 def build_kit(folder, when, course_yml=None):

@@ -14,26 +14,27 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19, 42, 38); 0 where a
+# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19, 42, 38, 11); 0 where a
 # student did not submit an assignment.
 ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache",
-               "flash_attention", "latent_attention")
+               "flash_attention", "latent_attention", "head_pruning")
 SCORES = {
-    "ada_perfect": (18, 16, 22, 34, 25, 19, 42, 38),
-    "ben_untouched": (0, 0, 0, 0, 0, 0, 0, 0),
-    "cara_no_scaling": (0, 12, 22, 34, 0, 0, 0, 0),
-    "dev_wrong_axes": (0, 6, 19, 24, 0, 0, 0, 0),
-    "eli_three_d_only": (0, 1, 21, 34, 0, 0, 0, 0),
-    "fay_syntax_error": (0, 0, 22, 17, 0, 0, 0, 0),
-    "gus_infinite_loop": (0, 0, 22, 34, 0, 0, 0, 0),
-    "hal_corrupt": (0, 0, 0, 0, 0, 0, 0, 0),
-    "ivy_hostile": (0, 0, 22, 21, 0, 0, 0, 0),
-    "jon_unstable": (14, 0, 0, 0, 24, 0, 0, 0),
-    "kim_mask_bugs": (0, 0, 14, 0, 0, 15, 0, 0),
-    "lea_direct_attention": (0, 0, 0, 0, 0, 0, 30, 0),
-    "max_flash_slips": (0, 0, 0, 0, 0, 19, 31, 0),
-    "noor_rope_layout": (0, 0, 0, 0, 0, 0, 0, 36),
-    "omar_latent_cache": (0, 0, 0, 0, 0, 0, 0, 31),
+    "ada_perfect": (18, 16, 22, 34, 25, 19, 42, 38, 11),
+    "ben_untouched": (0, 0, 0, 0, 0, 0, 0, 0, 0),
+    "cara_no_scaling": (0, 12, 22, 34, 0, 0, 0, 0, 0),
+    "dev_wrong_axes": (0, 6, 19, 24, 0, 0, 0, 0, 0),
+    "eli_three_d_only": (0, 1, 21, 34, 0, 0, 0, 0, 0),
+    "fay_syntax_error": (0, 0, 22, 17, 0, 0, 0, 0, 0),
+    "gus_infinite_loop": (0, 0, 22, 34, 0, 0, 0, 0, 0),
+    "hal_corrupt": (0, 0, 0, 0, 0, 0, 0, 0, 0),
+    "ivy_hostile": (0, 0, 22, 21, 0, 0, 0, 0, 0),
+    "jon_unstable": (14, 0, 0, 0, 24, 0, 0, 0, 0),
+    "kim_mask_bugs": (0, 0, 14, 0, 0, 15, 0, 0, 0),
+    "lea_direct_attention": (0, 0, 0, 0, 0, 0, 30, 0, 0),
+    "max_flash_slips": (0, 0, 0, 0, 0, 19, 31, 0, 0),
+    "noor_rope_layout": (0, 0, 0, 0, 0, 0, 0, 36, 0),
+    "omar_latent_cache": (0, 0, 0, 0, 0, 0, 0, 31, 0),
+    "pia_pruning_slips": (0, 0, 0, 0, 0, 0, 0, 0, 6),
 }
 EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
             for assignment, score in zip(ASSIGNMENTS, scores)}
@@ -163,13 +164,13 @@ def test_report_gives_pass_rates_and_flags_tests(graded):
     graded_count = sum(1 for (student, a), s in EXPECTED.items() if a == "scaled_attention"
                        and student not in ("hal_corrupt", "jon_unstable", "kim_mask_bugs",
                                            "lea_direct_attention", "max_flash_slips", "noor_rope_layout",
-                                           "omar_latent_cache"))
+                                           "omar_latent_cache", "pia_pruning_slips"))
     assert int(sdpa_scaling["submissions"]) == graded_count
     assert int(sdpa_scaling["passed"]) == 1  # only ada's attention matches torch's
     text = (report / "report.md").read_text()
     assert "Nobody passed" in text and "Everybody passed" in text
     # the integrity report: the class's named mistakes, the tampering flags, the similar pairs
-    assert "| 1 of 15 | attention without the 1/sqrt(d_k) scaling |" in text
+    assert "| 1 of 16 | attention without the 1/sqrt(d_k) scaling |" in text
     assert "ivy_hostile / scaled_attention: scaled_attention.ipynb: cell sdpa" in text
     page = (report / "integrity.html").read_text()
     assert "<mark>" in page and "The class's mistakes" in page

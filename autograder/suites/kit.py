@@ -444,3 +444,51 @@ def up_projections(params, read_as_in_out=False):
             return weight.reshape(MLA_D_LATENT, MLA_H, MLA_D_HEAD).permute(1, 2, 0)
         return weight.view(MLA_H, MLA_D_HEAD, MLA_D_LATENT)
     return per_head("W_uk"), per_head("W_uv")
+
+
+# -- head pruning: the notebook's PrunableModel, evaluated here with the grader's weights -----------
+
+PRUNING_HEADS = 4
+
+
+def prunable_parameters(reference, seed):
+    """Random float64 weights of the notebook's PrunableModel(PRUNING_HEADS), named as in the module."""
+    torch.manual_seed(seed)
+    model = reference["PrunableModel"](PRUNING_HEADS).double()
+    return {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+
+
+def pruning_data(reference, seed):
+    return reference["make_pattern_data"](96, seed=seed)
+
+
+def loss_without(reference, params, inputs, targets, removed=()):
+    """The notebook's loss_of for the reference model (eval mode) with the given weights and the heads
+    in `removed` masked."""
+    model = reference["PrunableModel"](PRUNING_HEADS).double()
+    model.load_state_dict(params, strict=False)
+    model.eval()
+    for head in removed:
+        model.attention.head_mask[head] = 0.0
+    return reference["loss_of"](model, inputs, targets)
+
+
+def run_pruning(student, function, params, args):
+    """function(model, *args) in the student's process on the notebook's PrunableModel holding params
+    (handed over in training mode, as a model straight out of training is); returns (output, reply)."""
+    reply = run_module(student, "PrunableModel", (PRUNING_HEADS,), params=params, dtype=torch.float64, train=True,
+                       functions=[(function, args, {})])
+    return reply["outputs"][0], reply
+
+
+HANDED_BACK = "the model handed back with heads still removed: set every entry of head_mask back to 1"
+
+
+def check_model_handed_back(reply, what):
+    """After the call every head is back: head_mask is the module's own buffer and all ones."""
+    mask = reply["buffers"].get("attention.head_mask")
+    checks.require(mask is not None, f"After {what} the model has no head_mask buffer any more.",
+                   "Change the entries of model.attention.head_mask in place; do not replace the buffer.")
+    checks.require(bool((checks.as_tensor(mask) == 1).all()),
+                   f"After {what} the model's head_mask is {checks.as_tensor(mask).tolist()}.",
+                   f"Likely cause: {HANDED_BACK}.")

@@ -1,0 +1,69 @@
+"""Hidden tests for head_importance(model, inputs, targets) -> tensor [H].
+
+The student's function runs in the student's process on the notebook's PrunableModel, holding the
+grader's weights and handed over in training mode; every importance is recomputed here, with the
+reference model and the same weights, never taken from the student."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.harness.substance import differs, finite
+from autograder.suites import kit as A
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "not_restored": "head h measured with heads 0 .. h all removed (each head is not put back before the next "
+                    "one is removed)",
+    "raw_loss": "the loss with the head removed, not its increase over the loss of the whole model",
+    "train_mode": "the measurements taken in training mode, with dropout on: call model.eval() first",
+    "left_masked": A.HANDED_BACK,
+    "shape": "Return a float tensor [H]: one score per head.",
+}
+H = A.PRUNING_HEADS
+
+
+def importance(student, reference, params, data):
+    output, reply = A.run_pruning(student, "head_importance", params, data)
+    scores = checks.tensor(output, "head_importance(model, inputs, targets)")
+    checks.shape(scores, (H,), "head_importance(...) for a model of 4 heads", CAUSES["shape"])
+    return scores.double(), reply
+
+
+def recomputed(reference, params, data, mistake=None):
+    base = A.loss_without(reference, params, *data)
+    removed = [A.loss_without(reference, params, *data, range(h + 1) if mistake == "not_restored" else (h,))
+               for h in range(H)]
+    return torch.tensor(removed, dtype=torch.float64) - (0 if mistake == "raw_loss" else base)
+
+
+def test_depends_on_the_model(student, reference):
+    """The gate: finite scores that differ between heads and change when one head's output weights do."""
+    params, data = A.prunable_parameters(reference, 700), A.pruning_data(reference, 701)
+    scores, _ = importance(student, reference, params, data)
+    finite(scores, "The importances")
+    checks.require(differs(scores, scores[0].expand(H)),
+                   "Every head gets the same score, so the scores do not measure the heads yet.")
+    louder = {**params, "attention.W_o.weight": params["attention.W_o.weight"].clone()}
+    louder["attention.W_o.weight"][:, :8] *= 4.0                    # head 0's share of W_o (d_k = 8)
+    checks.require(differs(importance(student, reference, louder, data)[0], scores),
+                   "The scores stay the same when head 0's output weights are multiplied by 4, so they do not "
+                   "measure what the heads do in this model yet.")
+
+
+def test_returns_one_score_per_head(student, reference):
+    importance(student, reference, A.prunable_parameters(reference, 702), A.pruning_data(reference, 703))
+
+
+def test_matches_the_recomputed_importances(student, reference):
+    params, data = A.prunable_parameters(reference, 704), A.pruning_data(reference, 705)
+    scores, reply = importance(student, reference, params, data)
+    named = A.named(CAUSES, not_restored=recomputed(reference, params, data, "not_restored"),
+                    raw_loss=recomputed(reference, params, data, "raw_loss"))
+    checks.close(scores, recomputed(reference, params, data), "The importances, recomputed here with your model's weights",
+                 CAUSES["train_mode"] if reply["training"] else "Importance of h = loss with head h alone removed "
+                 "- loss of the whole model, both with loss_of on the given batch.", named)
+
+
+def test_hands_the_model_back(student, reference):
+    _, reply = importance(student, reference, A.prunable_parameters(reference, 706), A.pruning_data(reference, 707))
+    A.check_model_handed_back(reply, "head_importance")

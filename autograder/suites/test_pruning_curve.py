@@ -1,0 +1,72 @@
+"""Hidden tests for pruning_curve(model, inputs, targets, order) -> list of H + 1 losses.
+
+As for head_importance: the student's function runs on the notebook's PrunableModel holding the
+grader's weights, and every loss is recomputed here with the reference model."""
+
+import torch
+
+from autograder.harness import checks
+from autograder.harness.substance import differs, finite
+from autograder.suites import kit as A
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "one_at_a_time": "only the k-th head of the order removed at step k (the heads removed before it are put back)",
+    "order_ignored": "the heads removed in the order 0, 1, 2, ... instead of the given order",
+    "train_mode": "the measurements taken in training mode, with dropout on: call model.eval() first",
+    "left_masked": A.HANDED_BACK,
+    "length": "Return H + 1 losses: the whole model first, then one more head removed at a time.",
+}
+H = A.PRUNING_HEADS
+
+
+def curve(student, reference, params, data, order):
+    output, reply = A.run_pruning(student, "pruning_curve", params, (*data, list(order)))
+    values = checks.tensor(torch.as_tensor(output, dtype=torch.float64) if isinstance(output, (list, tuple)) else output,
+                           "pruning_curve(...)")
+    checks.shape(values, (H + 1,), "pruning_curve(...) for a model of 4 heads", CAUSES["length"])
+    return values.double(), reply
+
+
+def recomputed(reference, params, data, order, mistake=None):
+    if mistake == "order_ignored":
+        order = list(range(H))
+    removed = [order[k - 1:k] if mistake == "one_at_a_time" else order[:k] for k in range(H + 1)]
+    return torch.tensor([A.loss_without(reference, params, *data, heads) for heads in removed], dtype=torch.float64)
+
+
+ORDER = [2, 0, 3, 1]
+
+
+def test_depends_on_the_model(student, reference):
+    """The gate: finite losses that change along the curve and when one head's output weights change."""
+    params, data = A.prunable_parameters(reference, 720), A.pruning_data(reference, 721)
+    values, _ = curve(student, reference, params, data, ORDER)
+    finite(values, "The losses")
+    checks.require(differs(values, values[0].expand(H + 1)),
+                   "The losses are the same for every number of heads removed, so no head is removed yet.")
+    louder = {**params, "attention.W_o.weight": params["attention.W_o.weight"].clone()}
+    louder["attention.W_o.weight"][:, 16:24] *= 4.0                 # head 2's share of W_o (d_k = 8)
+    checks.require(differs(curve(student, reference, louder, data, ORDER)[0], values),
+                   "The curve stays the same when head 2's output weights are multiplied by 4, so it does not "
+                   "measure this model yet.")
+
+
+def test_returns_one_loss_per_count(student, reference):
+    curve(student, reference, A.prunable_parameters(reference, 722), A.pruning_data(reference, 723), ORDER)
+
+
+def test_matches_the_recomputed_curve(student, reference):
+    params, data = A.prunable_parameters(reference, 724), A.pruning_data(reference, 725)
+    values, reply = curve(student, reference, params, data, ORDER)
+    named = A.named(CAUSES, one_at_a_time=recomputed(reference, params, data, ORDER, "one_at_a_time"),
+                    order_ignored=recomputed(reference, params, data, ORDER, "order_ignored"))
+    checks.close(values, recomputed(reference, params, data, ORDER),
+                 f"The losses with the first k heads of {ORDER} removed, recomputed here with your model's weights",
+                 CAUSES["train_mode"] if reply["training"] else "Loss k has the first k heads of the order removed "
+                 "together.", named)
+
+
+def test_hands_the_model_back(student, reference):
+    _, reply = curve(student, reference, A.prunable_parameters(reference, 726), A.pruning_data(reference, 727), ORDER)
+    A.check_model_handed_back(reply, "pruning_curve")
