@@ -10,13 +10,13 @@ import csv
 import hashlib
 import json
 import os
-import resource
+import subprocess
+import sys
 
 import pytest
 
 from autograder.harness.context import Student
 from autograder.student import Cell, Limits, StudentProcess, Worker
-from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 SECRET = "grader-secret-7f3a9c"   # in the grader's environment; must never reach a student's output
@@ -215,6 +215,10 @@ TRAINING = {
 }
 
 
+PEAK_OF_CHILDREN = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+                    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+
+
 @pytest.fixture(scope="module")
 def class_of_attacks(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
@@ -230,12 +234,16 @@ def class_of_attacks(tmp_path_factory):
     before = tree_digest(ROOT / "autograder", ROOT / "solutions", ROOT / "exercises")
     os.environ["AUTOGRADER_TEST_SECRET"] = SECRET
     try:
-        process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
-                             "--db", f"sqlite:///{root / 'gradebook.db'}", "--jobs", "1", timeout=1200)
+        # Through a parent of its own, so that the peak is this run's, not that of an earlier test's child.
+        process = subprocess.run([sys.executable, "-c", PEAK_OF_CHILDREN, sys.executable, "-m", "autograder",
+                                  "grade-class", "--submitted", root / "submitted", "--out", root / "out",
+                                  "--db", f"sqlite:///{root / 'gradebook.db'}", "--jobs", "1"],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=1200)
     finally:
         del os.environ["AUTOGRADER_TEST_SECRET"]
     assert process.returncode == 0, process.stderr
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    *_, peak_kb = process.stderr.split()
+    peak_mb = int(peak_kb) / 1024
     after = tree_digest(ROOT / "autograder", ROOT / "solutions", ROOT / "exercises")
     return root / "out", before == after, peak_mb, process.stdout + process.stderr
 

@@ -462,6 +462,13 @@ def pruning_data(reference, seed):
     return reference["make_pattern_data"](96, seed=seed)
 
 
+def louder_head(params, head, factor=4.0):
+    """The weights with head `head`'s share of W_o (its d_k = 8 input columns) multiplied by factor."""
+    louder = {**params, "attention.W_o.weight": params["attention.W_o.weight"].clone()}
+    louder["attention.W_o.weight"][:, 8 * head: 8 * (head + 1)] *= factor
+    return louder
+
+
 def loss_without(reference, params, inputs, targets, removed=()):
     """The notebook's loss_of for the reference model (eval mode) with the given weights and the heads
     in `removed` masked."""

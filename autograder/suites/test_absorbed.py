@@ -127,10 +127,10 @@ def test_new_tokens_are_turned_at_their_positions(student):
 
 
 def test_never_up_projects_the_cache(student):
-    """One new token after 2048 cached: the absorbed path's matrix products cost about
+    """One new token after 512 cached: the absorbed path's matrix products cost about
     2 * H * (d_latent + d_rope) FLOPs per cached token and per operand; up-projecting the cache costs
     2 * d_latent * H * d_head per cached token for the keys alone."""
-    x = A.randn(1, 2048, D_MODEL, seed=483)
+    x = A.randn(1, 512, D_MODEL, seed=483)
     params = A.mla_parameters(seed=480)
     _, reply = absorbed(student, params, x, 1, count_flops=True)
     t = x.shape[1]

@@ -43,9 +43,7 @@ def test_depends_on_the_model(student, reference):
     finite(scores, "The importances")
     checks.require(differs(scores, scores[0].expand(H)),
                    "Every head gets the same score, so the scores do not measure the heads yet.")
-    louder = {**params, "attention.W_o.weight": params["attention.W_o.weight"].clone()}
-    louder["attention.W_o.weight"][:, :8] *= 4.0                    # head 0's share of W_o (d_k = 8)
-    checks.require(differs(importance(student, reference, louder, data)[0], scores),
+    checks.require(differs(importance(student, reference, A.louder_head(params, 0), data)[0], scores),
                    "The scores stay the same when head 0's output weights are multiplied by 4, so they do not "
                    "measure what the heads do in this model yet.")
 

@@ -45,9 +45,7 @@ def test_depends_on_the_model(student, reference):
     finite(values, "The losses")
     checks.require(differs(values, values[0].expand(H + 1)),
                    "The losses are the same for every number of heads removed, so no head is removed yet.")
-    louder = {**params, "attention.W_o.weight": params["attention.W_o.weight"].clone()}
-    louder["attention.W_o.weight"][:, 16:24] *= 4.0                 # head 2's share of W_o (d_k = 8)
-    checks.require(differs(curve(student, reference, louder, data, ORDER)[0], values),
+    checks.require(differs(curve(student, reference, A.louder_head(params, 2), data, ORDER)[0], values),
                    "The curve stays the same when head 2's output weights are multiplied by 4, so it does not "
                    "measure this model yet.")
 
