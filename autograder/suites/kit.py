@@ -435,6 +435,17 @@ def mla(params, x, rope_of=rope, *, unrotated_key=False, **switches):
     return mla_attend(params, x, latent, k_rope, positions, rope_of, **switches)
 
 
+def students_rope(student):
+    """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
+    def turn(x, positions):
+        return checks.tensor(student.call("apply_rope", x, positions)["output"], "apply_rope")
+    try:
+        turn(randn(1, 2, MLA_D_ROPE, seed=1), torch.arange(2))
+    except (StudentError, checks.Feedback):
+        return None
+    return turn
+
+
 def up_projections(params, read_as_in_out=False):
     """W_uk and W_uv per head, [H, d_head, d_latent]; read_as_in_out: a named mistake, nn.Linear's
     weight [out, in] read as if it were [in, out]."""

@@ -11,7 +11,6 @@ import torch
 
 from autograder.harness import checks, substance
 from autograder.suites import kit as A
-from autograder.suites.test_mla import D_MODEL, students_rope
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
@@ -41,7 +40,7 @@ def absorbed(student, params, x, new, count_flops=False):
                              stand_in=A.mla_stand_in(), count_flops=count_flops,
                              functions=[("absorbed_attention", (x[:, -new:], latent, k_rope), {})])
     output = checks.tensor(reply["outputs"][0], "absorbed_attention(mla, x_new, cache_latent, cache_rope)")
-    checks.shape(output, (x.shape[0], new, D_MODEL), "absorbed_attention(...)",
+    checks.shape(output, (x.shape[0], new, A.MLA_D_MODEL), "absorbed_attention(...)",
                  "Return the output of the new tokens only: [B, S, d_model].")
     return output, reply
 
@@ -68,7 +67,7 @@ def compare(student, x, new, what, seed):
     params = A.mla_parameters(seed=seed)
     output, _ = absorbed(student, params, x, new)
     want = naive(params, x, new)
-    theirs = students_rope(student)
+    theirs = A.students_rope(student)
     if theirs is not None:
         latent, k_rope = cache_of(params, x)
         t = x.shape[1]
@@ -82,7 +81,7 @@ def compare(student, x, new, what, seed):
 
 
 def x_of(seed, t=11, dtype=torch.float64):
-    return A.randn(A.B, t, D_MODEL, seed=seed, dtype=dtype)
+    return A.randn(A.B, t, A.MLA_D_MODEL, seed=seed, dtype=dtype)
 
 
 def test_computes_attention(student):
@@ -130,7 +129,7 @@ def test_never_up_projects_the_cache(student):
     """One new token after 512 cached: the absorbed path's matrix products cost about
     2 * H * (d_latent + d_rope) FLOPs per cached token and per operand; up-projecting the cache costs
     2 * d_latent * H * d_head per cached token for the keys alone."""
-    x = A.randn(1, 512, D_MODEL, seed=483)
+    x = A.randn(1, 512, A.MLA_D_MODEL, seed=483)
     params = A.mla_parameters(seed=480)
     _, reply = absorbed(student, params, x, 1, count_flops=True)
     t = x.shape[1]

@@ -9,7 +9,6 @@ as well, so a RoPE slip is charged to apply_rope alone."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.student import StudentError
 from autograder.suites import kit as A
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -84,17 +83,6 @@ def named_cached(params, x, first, chunk):
                               for key in ("positions_from_zero", "never_appended", "no_offset")})
 
 
-def students_rope(student):
-    """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
-    def turn(x, positions):
-        return checks.tensor(student.call("apply_rope", x, positions)["output"], "apply_rope")
-    try:
-        turn(A.randn(1, 2, D_ROPE, seed=1), torch.arange(2))
-    except (StudentError, checks.Feedback):
-        return None
-    return turn
-
-
 def x_of(seed, t=T, dtype=torch.float64):
     return A.randn(A.B, t, D_MODEL, seed=seed, dtype=dtype)
 
@@ -120,7 +108,7 @@ def test_matches_the_reference(student):
     params, x = A.mla_parameters(seed=410), x_of(411)
     output = own_full(student, params, x)
     want = A.mla(params, x)
-    theirs = students_rope(student)
+    theirs = A.students_rope(student)
     if theirs is not None and checks.is_close(output, A.mla(params, x, theirs)):
         want = output  # right, with the student's own apply_rope (charged there if it is wrong)
     checks.close(output, want, "forward(x) without the cache",
