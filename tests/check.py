@@ -10,6 +10,7 @@ whole catalogue with the same functions.
 """
 
 import argparse
+import functools
 import json
 import re
 import shutil
@@ -39,10 +40,12 @@ def entries(exercise=None):
             if exercise is None or entry.exercise == exercise]
 
 
+@functools.cache
 def needs(exercise):
     """The other exercises of its assignment whose answers an exercise's grading calls: those whose
     functions or classes its reference answer or its hidden suite names.  A catalogue entry is graded
-    beside their reference answers and the released stubs of the rest, whose tests stop at once."""
+    beside their reference answers and the released stubs of the rest, whose tests stop at once.
+    Worked out once per exercise (it reads the solution notebook); callers copy what it returns."""
     assignment = ASSIGNMENT_OF[exercise]
     reference = solution_answers(assignment)
     mine = reference[exercise] + SUITE_TEXT[exercise]

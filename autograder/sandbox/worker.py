@@ -232,12 +232,17 @@ def guarded(request):
         GUARD.check()
 
 
+def flop_counter(wanted):
+    """torch's count of the matrix products' FLOPs when wanted, else a context that does nothing."""
+    return FlopCounterMode(display=False) if wanted else contextlib.nullcontext()
+
+
 def call(request):
     function = lookup(request["name"])
     args, kwargs = list(request["args"]), dict(request["kwargs"])
     if request.get("grad"):
         args = requires_grad(args)
-    counter = FlopCounterMode(display=False) if request.get("count_flops") else contextlib.nullcontext()
+    counter = flop_counter(request.get("count_flops"))
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
         with counter:
@@ -325,7 +330,8 @@ def held_elements(instance):
 
 
 def module(request):
-    counter = FlopCounterMode(display=False) if request.get("count_flops") else contextlib.nullcontext()
+    counting = any(step.get("count_flops") for step in request.get("steps", []))
+    counter = flop_counter(counting)
     with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
         outputs, input_grads = [], []
@@ -365,7 +371,7 @@ def module(request):
         "training": instance.training,
         "used_builtin_attention": GUARD.used,
     }
-    if request.get("count_flops"):
+    if counting:
         reply["flops"] = int(counter.get_total_flops())
     return reply
 

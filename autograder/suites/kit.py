@@ -132,7 +132,7 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
         steps[-1]["count_flops"] = True
     try:
         return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
-                              steps=steps, grad=grad_outputs is not None, stand_in=stand_in, count_flops=count_flops,
+                              steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
                               grad_outputs=grad_outputs or [[] for _ in steps])
     except StudentError as error:
         if error.kind == "AttributeError" and "no parameter named" in error.message:
@@ -306,6 +306,30 @@ def mha_mistakes(params, num_heads, query, key, value, mask=None):
                  merge_without_transpose=run(merge_transposed=False))
 
 
+# -- cached decoding: a sequence fed as a prompt, then chunks ------------------------------------
+
+def piece_bounds(length, first, chunk):
+    """(start, end) of the pieces: the first `first` tokens, then `chunk` at a time."""
+    return [(0, first)] + [(start, min(start + chunk, length)) for start in range(first, length, chunk)]
+
+
+def cache_calls(x, first=1, chunk=1):
+    """Calls ((method, args, kwargs)) that reset a module's cache, then feed x [B, T, D] in pieces."""
+    return [("reset_cache", (), {})] + [("forward", (x[:, start:end],), {"use_cache": True})
+                                         for start, end in piece_bounds(x.shape[1], first, chunk)]
+
+
+def joined_new_outputs(outputs, d_model, width="D"):
+    """The tensors among a cached run's outputs (one per piece), each [B, T_new, d_model] (`width`
+    names that size in the hint), concatenated over the tokens."""
+    outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
+    for output in outputs:
+        checks.require(output.dim() == 3 and output.shape[-1] == d_model,
+                       f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
+                       f"Return the output for the new tokens only: [B, T_new, {width}].")
+    return torch.cat(outputs, dim=1)
+
+
 # -- tiled attention: the logsumexp, and memory read from outside the student's process ----------
 
 def logsumexp(q, k, mask=None):
@@ -435,7 +459,7 @@ def mla(params, x, rope_of=rope, *, unrotated_key=False, **switches):
     return mla_attend(params, x, latent, k_rope, positions, rope_of, **switches)
 
 
-def students_rope(student):
+def _students_rope(student):
     """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
     def turn(x, positions):
         return checks.tensor(student.call("apply_rope", x, positions)["output"], "apply_rope")
@@ -446,15 +470,21 @@ def students_rope(student):
     return turn
 
 
-def up_projections(params, read_as_in_out=False):
-    """W_uk and W_uv per head, [H, d_head, d_latent]; read_as_in_out: a named mistake, nn.Linear's
-    weight [out, in] read as if it were [in, out]."""
-    def per_head(name):
-        weight = params[f"{name}.weight"]
-        if read_as_in_out:
-            return weight.reshape(MLA_D_LATENT, MLA_H, MLA_D_HEAD).permute(1, 2, 0)
-        return weight.view(MLA_H, MLA_D_HEAD, MLA_D_LATENT)
-    return per_head("W_uk"), per_head("W_uv")
+def reference_or_own_rope(student, output, reference_of):
+    """What an exercise built on apply_rope should give: reference_of(rope) (the grader's RoPE), unless
+    `output` equals reference_of(the student's own apply_rope); then the output is right, and a RoPE
+    slip is charged to apply_rope alone."""
+    theirs = _students_rope(student)
+    if theirs is not None and checks.is_close(output, reference_of(theirs)):
+        return output
+    return reference_of(rope)
+
+
+def up_projections_read_as_in_out(params):
+    """W_uk and W_uv per head, [H, d_head, d_latent], as a named mistake reads them: nn.Linear's weight
+    [out, in] taken as if it were [in, out] (the right reading is weight.view(H, d_head, d_latent))."""
+    return tuple(params[f"{name}.weight"].reshape(MLA_D_LATENT, MLA_H, MLA_D_HEAD).permute(1, 2, 0)
+                 for name in ("W_uk", "W_uv"))
 
 
 # -- head pruning: the notebook's PrunableModel, evaluated here with the grader's weights -----------

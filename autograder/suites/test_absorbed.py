@@ -45,13 +45,13 @@ def absorbed(student, params, x, new, count_flops=False):
     return output, reply
 
 
-def naive(params, x, new, *, positions_from_zero=False, in_out=False):
+def naive(params, x, new, rope_of=A.rope, *, positions_from_zero=False, in_out=False):
     """The naive path for the last `new` tokens of x, or what a named mistake gives."""
     latent, k_rope = cache_of(params, x)
     t = x.shape[1]
     positions = torch.arange(new) if positions_from_zero else torch.arange(t - new, t)
-    switches = {"absorbed_weights": A.up_projections(params, read_as_in_out=True)} if in_out else {}
-    return A.mla_attend(params, x[:, -new:], latent, k_rope, positions, **switches)
+    switches = {"absorbed_weights": A.up_projections_read_as_in_out(params)} if in_out else {}
+    return A.mla_attend(params, x[:, -new:], latent, k_rope, positions, rope_of, **switches)
 
 
 def no_offset(params, x, new):
@@ -66,14 +66,7 @@ def no_offset(params, x, new):
 def compare(student, x, new, what, seed):
     params = A.mla_parameters(seed=seed)
     output, _ = absorbed(student, params, x, new)
-    want = naive(params, x, new)
-    theirs = A.students_rope(student)
-    if theirs is not None:
-        latent, k_rope = cache_of(params, x)
-        t = x.shape[1]
-        own = A.mla_attend(params, x[:, -new:], latent, k_rope, torch.arange(t - new, t), theirs)
-        if checks.is_close(output, own):
-            want = output  # right, with the student's own apply_rope (charged there if it is wrong)
+    want = A.reference_or_own_rope(student, output, lambda rope_of: naive(params, x, new, rope_of))
     checks.close(output, want, what, "Scores: (q_h W_uk[h]) . c + q_rope_h . k_rope, over sqrt(d_head + d_rope); "
                  "output: W_o of the heads (weights @ c) W_uv[h]^T.",
                  A.named(CAUSES, in_out=naive(params, x, new, in_out=True),

@@ -29,11 +29,11 @@ def importance(student, reference, params, data):
     return scores.double(), reply
 
 
-def recomputed(reference, params, data, mistake=None):
-    base = A.loss_without(reference, params, *data)
-    removed = [A.loss_without(reference, params, *data, range(h + 1) if mistake == "not_restored" else (h,))
-               for h in range(H)]
-    return torch.tensor(removed, dtype=torch.float64) - (0 if mistake == "raw_loss" else base)
+def removal_losses(reference, params, data, cumulative=False):
+    """The loss of the whole model and, per head h, the loss with head h removed (with heads 0 .. h
+    removed when cumulative, as a mask that is never put back leaves them), recomputed here."""
+    losses = [A.loss_without(reference, params, *data, range(h + 1) if cumulative else (h,)) for h in range(H)]
+    return A.loss_without(reference, params, *data), torch.tensor(losses, dtype=torch.float64)
 
 
 def test_depends_on_the_model(student, reference):
@@ -55,9 +55,10 @@ def test_returns_one_score_per_head(student, reference):
 def test_matches_the_recomputed_importances(student, reference):
     params, data = A.prunable_parameters(reference, 704), A.pruning_data(reference, 705)
     scores, reply = importance(student, reference, params, data)
-    named = A.named(CAUSES, not_restored=recomputed(reference, params, data, "not_restored"),
-                    raw_loss=recomputed(reference, params, data, "raw_loss"))
-    checks.close(scores, recomputed(reference, params, data), "The importances, recomputed here with your model's weights",
+    base, alone = removal_losses(reference, params, data)
+    named = A.named(CAUSES, not_restored=removal_losses(reference, params, data, cumulative=True)[1] - base,
+                    raw_loss=alone)
+    checks.close(scores, alone - base, "The importances, recomputed here with your model's weights",
                  CAUSES["train_mode"] if reply["training"] else "Importance of h = loss with head h alone removed "
                  "- loss of the whole model, both with loss_of on the given batch.", named)
 

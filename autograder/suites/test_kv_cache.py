@@ -31,18 +31,10 @@ def cached_attention(student, calls, *, params, num_heads=A.H, dtype=torch.float
             for (method, _, _), output in zip(calls, reply["outputs"])]
 
 
-def token_by_token(x, first=1, chunk=1):
-    """Calls that reset the cache, then feed x in pieces: `first` tokens, then `chunk` at a time."""
-    calls = [("reset_cache", (), {}), ("forward", (x[:, :first],), {"use_cache": True})]
-    for start in range(first, x.shape[1], chunk):
-        calls.append(("forward", (x[:, start:start + chunk],), {"use_cache": True}))
-    return calls
-
-
 def named_mistakes(params, num_heads, x, first, chunk):
     """cause text -> the concatenated outputs of a mistaken cache, fed `first` tokens, then
-    `chunk` at a time (as token_by_token does)."""
-    bounds = [(0, first)] + [(start, min(start + chunk, x.shape[1])) for start in range(first, x.shape[1], chunk)]
+    `chunk` at a time (as kit.cache_calls does)."""
+    bounds = A.piece_bounds(x.shape[1], first, chunk)
 
     def run(window, mask_of):
         outputs = []
@@ -73,13 +65,8 @@ def own_full(student, x, params):
 
 
 def pieces(student, x, params, first=1, chunk=1):
-    outputs = cached_attention(student, token_by_token(x, first, chunk), params=params, dtype=x.dtype)
-    outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
-    for output in outputs:
-        checks.require(output.dim() == 3 and output.shape[-1] == x.shape[-1],
-                       f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
-                       "Return the output for the new tokens only: [B, T_new, D].")
-    return torch.cat(outputs, dim=1)
+    outputs = cached_attention(student, A.cache_calls(x, first, chunk), params=params, dtype=x.dtype)
+    return A.joined_new_outputs(outputs, x.shape[-1])
 
 
 def test_computes_attention(student):
@@ -120,8 +107,8 @@ def test_reset_starts_a_new_sequence(student):
     """After reset_cache() a sequence gives what it gives on a fresh module, fed the same way: so
     everything the cache keeps (keys, values, any position counter) must start again."""
     params, first, second = A.mha_parameters(seed=550), x_of(551), x_of(552)
-    before = token_by_token(first, first=2, chunk=3)
-    outputs = cached_attention(student, before + token_by_token(second, first=3, chunk=2), params=params)
+    before = A.cache_calls(first, first=2, chunk=3)
+    outputs = cached_attention(student, before + A.cache_calls(second, first=3, chunk=2), params=params)
     tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
     checks.same(torch.cat(tail, dim=1), pieces(student, second, params, first=3, chunk=2),
                 "A second sequence after reset_cache(), against the same sequence on a fresh module",

@@ -46,27 +46,15 @@ def own_full(student, params, x):
     return run(student, params, [("forward", (x,), {})], x.dtype)[0][0]
 
 
-def in_pieces(x, first, chunk):
-    calls = [("reset_cache", (), {}), ("forward", (x[:, :first],), {"use_cache": True})]
-    return calls + [("forward", (x[:, start:start + chunk],), {"use_cache": True})
-                    for start in range(first, x.shape[1], chunk)]
-
-
 def pieces(student, params, x, first=1, chunk=1):
-    outputs, reply = run(student, params, in_pieces(x, first, chunk), x.dtype)
-    outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
-    for output in outputs:
-        checks.require(output.dim() == 3 and output.shape[-1] == D_MODEL,
-                       f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
-                       "Return the output for the new tokens only: [B, T_new, d_model].")
-    return torch.cat(outputs, dim=1), reply
+    outputs, reply = run(student, params, A.cache_calls(x, first, chunk), x.dtype)
+    return A.joined_new_outputs(outputs, D_MODEL, "d_model"), reply
 
 
 def mistaken_pieces(params, x, first, chunk, mistake):
     """What a mistaken cache gives, fed the same way."""
-    bounds = [(0, first)] + [(s, min(s + chunk, x.shape[1])) for s in range(first, x.shape[1], chunk)]
     latent, k_rope, outputs = x[:, :0, :D_LATENT], x[:, :0, :D_ROPE], []
-    for start, end in bounds:
+    for start, end in A.piece_bounds(x.shape[1], first, chunk):
         positions = torch.arange(end - start) if mistake == "positions_from_zero" else torch.arange(start, end)
         new_latent, new_rope = A.mla_cache_entries(params, x[:, start:end], positions)
         if mistake == "never_appended":
@@ -107,10 +95,7 @@ def test_projection_shapes(student):
 def test_matches_the_reference(student):
     params, x = A.mla_parameters(seed=410), x_of(411)
     output = own_full(student, params, x)
-    want = A.mla(params, x)
-    theirs = A.students_rope(student)
-    if theirs is not None and checks.is_close(output, A.mla(params, x, theirs)):
-        want = output  # right, with the student's own apply_rope (charged there if it is wrong)
+    want = A.reference_or_own_rope(student, output, lambda rope_of: A.mla(params, x, rope_of))
     checks.close(output, want, "forward(x) without the cache",
                  "q_h = [W_q x]_h with [W_qr x]_h turned; k_h = [W_uk c]_h with the shared W_kr x turned; "
                  "v_h = [W_uv c]_h; causal softmax of q_h . k_h / sqrt(d_head + d_rope); W_o of the merged heads.",
@@ -151,8 +136,8 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
 
 def test_reset_starts_a_new_sequence(student):
     params, first, second = A.mla_parameters(seed=450), x_of(451), x_of(452)
-    before = in_pieces(first, 2, 3)
-    outputs, _ = run(student, params, before + in_pieces(second, 3, 2))
+    before = A.cache_calls(first, 2, 3)
+    outputs, _ = run(student, params, before + A.cache_calls(second, 3, 2))
     tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
     checks.same(torch.cat(tail, dim=1), pieces(student, params, second, first=3, chunk=2)[0],
                 "A second sequence after reset_cache(), against the same sequence on a fresh module", CAUSES["reset"])
