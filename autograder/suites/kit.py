@@ -341,7 +341,7 @@ def logsumexp(q, k, mask=None):
 
 
 # The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands out in a call's memory.
-MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 64, 256
+MEMORY_N, MEMORY_D, MEMORY_BLOCK = 2048, 32, 256
 
 
 def memory_inputs(count, seed):
