@@ -76,7 +76,7 @@ exercise: setup
 	@test -n "$(ID)" -a -n "$(ASSIGNMENT)" -a -n "$(FUNCTION)" || { echo "usage: make exercise ID=<id> ASSIGNMENT=<assignment> FUNCTION=<name> [TITLE=...]"; exit 2; }
 	$(GRADER) new-exercise $(ID) --assignment $(ASSIGNMENT) --function $(FUNCTION) $(if $(TITLE),--title "$(TITLE)")
 
-## Grade a 238-notebook class with nbgrader autograde and with make grade, side by side.
+## Grade a class of every assignment (306 notebooks) with nbgrader autograde and with make grade, side by side.
 bench: setup
 	$(PYTHON) -m tests.bench
 
