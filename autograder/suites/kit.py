@@ -340,7 +340,7 @@ def logsumexp(q, k, mask=None):
     return scores.logsumexp(dim=-1)
 
 
-# The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands out in a call's memory.
+# The long inputs of the memory tests: one [N, N] float32 matrix (16 MiB) stands out in a call's memory.
 MEMORY_N, MEMORY_D, MEMORY_BLOCK = 2048, 32, 256
 
 
