@@ -1,5 +1,14 @@
 """The memory a student's call uses, measured from outside the student's process.
 
+Where the grader has a cgroup for the child (sandbox/cgroup.py), the kernel's own accounting is
+the measure (`ChargedMemory`): the child joined its cgroup before the submission's first line ran,
+so the charge of a call is the kernel's peak while the call runs above what the child held at
+that moment, that is everything the child holds at its worst moment of the call: a workspace its
+cells made before the call, memory given back before the call returns, files in the sandbox's
+tmpfs and shared memory all count.
+
+Without a cgroup (the fallback, said once at start-up), the growth of the resident size is read:
+
 A record kept inside the student's process could be switched off by that process (the from-scratch
 guard shows how much care that takes), so the grader reads what the kernel reports about the child
 through the host's /proc, where the student's code cannot reach:
@@ -65,9 +74,32 @@ def resident_bytes(pid):
 
 @dataclass
 class Peak:
-    """The peak growth of a process's resident memory over one call, in bytes."""
+    """What one call was charged, in bytes."""
     bytes: int
-    kernel_peak: bool  # whether the kernel's own peak (VmHWM) was reset and read, not only samples
+    kernel_peak: bool    # the kernel's own peak was read (a cgroup's, or VmHWM), not only samples
+    held_before: int = 0  # of which the child already held when the call started (cgroup only)
+    accounting: str = "resident size"  # "cgroup": everything the child holds, from its start
+
+
+class ChargedMemory:
+    """with ChargedMemory(group, start) as measure: ...call...; then measure.peak: the kernel's peak
+    of the child's cgroup during the call, above `start` (its usage when it joined the cgroup, before
+    any of the submission's code ran)."""
+
+    def __init__(self, group, start):
+        self.group, self.start, self.peak = group, start, None
+
+    def __enter__(self):
+        self.held = self.group.usage()
+        self.reset = self.group.reset_peak()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            highest = self.group.peak()
+        except (OSError, ValueError):
+            return
+        self.peak = Peak(max(0, highest - self.start), self.reset, max(0, self.held - self.start), "cgroup")
 
 
 class PeakMemory:

@@ -100,13 +100,18 @@ def _builtin_flag(value):
     return value
 
 
+def _count(value):
+    if "flops" in value:
+        _require(type(value["flops"]) is int, "flops is not an int")
+        _require(type(value.get("count_intact")) is bool, "count_intact is not a bool")
+
+
 def call(value):
     _dict(value, "the call reply", ["output"])
     _gradients(value.get("input_grads"), "input_grads")
     if "args_after" in value:
         _require(type(value["args_after"]) is list, "args_after is not a list")
-    if "flops" in value:
-        _require(type(value["flops"]) is int, "flops is not an int")
+    _count(value)
     return _builtin_flag(value)
 
 
@@ -123,6 +128,5 @@ def module(value):
     _dict(value["attributes"], "attributes")
     _require(type(value["training"]) is bool, "training is not a bool")
     _require(type(value.get("held_elements")) is int, "held_elements is not an int")
-    if "flops" in value:
-        _require(type(value["flops"]) is int, "flops is not an int")
+    _count(value)
     return _builtin_flag(value)

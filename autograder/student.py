@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from autograder import memory, replies
 from autograder.course import Limits
 from autograder.submission import Cell  # noqa: F401  (what StudentProcess runs)
-from autograder.sandbox import jail, protocol
+from autograder.sandbox import cgroup, jail, protocol
 
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
+CHILD_TASKS = 64   # threads a child may run (pids.max of its cgroup); 1 during a counted call
 
 
 class StudentFailure(Exception):
@@ -75,6 +76,28 @@ class Worker:
         self.control = None
         self.log = None
         self.ready = False
+        self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the kernel lets us
+        self.accounting_problem = None  # else why not, in one line
+
+    def open_accounting(self):
+        """Make the grader's folder of child cgroups once; remember why not where it cannot be made."""
+        if self.accounting is None and self.accounting_problem is None:
+            try:
+                self.accounting = cgroup.open_accounting()
+            except cgroup.Unavailable as problem:
+                self.accounting_problem = str(problem)
+        return self.accounting
+
+    def account(self, host):
+        """Put the child (by its host pid) into a cgroup of its own (its memory limit, its threads);
+        its ChildGroup, or None without accounting.  A child that cannot be placed is not run."""
+        accounting = self.open_accounting()
+        if accounting is None or host is None:
+            return None
+        try:
+            return accounting.child(host, self.limits.memory_mb << 20, CHILD_TASKS)
+        except OSError as error:
+            raise WorkerError(f"the child could not be put in its cgroup ({error.strerror})") from None
 
     def __enter__(self):
         return self
@@ -173,6 +196,9 @@ class Worker:
         if self.control is not None:
             self.control.close()
             self.control = None
+        if self.accounting is not None:
+            self.accounting.close()
+            self.accounting = None
         if self.process is not None:
             try:
                 os.killpg(self.process.pid, 9)
@@ -194,6 +220,8 @@ class StudentProcess:
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
         self.host_pid = None      # the host's pid of the child (for reading its memory), found on first use
+        self.group = None         # the child's cgroup (sandbox/cgroup.py), or None without accounting
+        self.held_at_start = 0    # what the child held in it before the submission's code ran
         self.cell_reports = None
         self.skip_cells = set()   # cells that hung: not run again after a restart
         self.hung = {}            # name -> message, for functions that hung once
@@ -224,6 +252,13 @@ class StudentProcess:
         while True:
             self._budget_left()
             self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb)
+            try:
+                self.host_pid = self.worker.host_pid(self.pid)
+                self.group = self.worker.account(self.host_pid)
+                self.held_at_start = self.group.usage() if self.group else 0
+            except (WorkerError, OSError):
+                self.kill()
+                raise
             cells = [{"label": cell.label, "source": "" if i in self.skip_cells else cell.source}
                      for i, cell in enumerate(self.cells)]
             current = None
@@ -278,7 +313,9 @@ class StudentProcess:
         for fd in (self.requests, self.replies):
             os.close(fd)
         self.worker.end(self.pid)
-        self.pid = self.requests = self.replies = self.host_pid = None
+        if self.group is not None:
+            self.group.remove()
+        self.pid = self.requests = self.replies = self.host_pid = self.group = None
 
     def close(self):
         if self.pid is not None:
@@ -303,9 +340,36 @@ class StudentProcess:
 
     def request(self, key, message, check, measure_memory=False):
         """Send one request; `key` names what it exercises, so a hang is charged to it alone;
-        `check` validates the reply's value (see replies.py).  With measure_memory, the value
-        also carries "peak_memory": the growth of the child's resident memory over the call, read
-        from outside the child (memory.py), or None when it could not be read."""
+        `check` validates the reply's value (see replies.py).
+
+        With measure_memory the request runs in a fresh child that loads the notebook again and
+        then makes only this call, and the value also carries "peak_memory" (a memory.Peak, or None
+        when it could not be read): with a cgroup, everything that child holds at the call's worst
+        moment, from before the submission's first line ran (memory.py).  A counted request (one
+        with count_flops) runs with the child held to one thread, and its value carries
+        "other_threads": threads that were already running beside it (work they do is not counted)."""
+        if measure_memory:
+            return self._in_fresh_child(key, message, check)
+        return self._request(key, message, check)
+
+    def _in_fresh_child(self, key, message, check):
+        if key in self.hung:
+            raise StudentTimeout(self.hung[key])
+        fresh = StudentProcess(self.worker, self.cells, self.limits)
+        fresh.skip_cells, fresh.hung, fresh.deadline = set(self.skip_cells), self.hung, self.deadline
+        fresh.restarts = self.limits.restarts  # no second chance: a crash is this call's
+        try:
+            fresh.start()
+            return fresh._request(key, message, check, measure_memory=True)
+        finally:
+            fresh.close()
+
+    def _measure(self):
+        if self.group is not None:
+            return memory.ChargedMemory(self.group, self.held_at_start)
+        return memory.PeakMemory(self.host_pid)
+
+    def _request(self, key, message, check, measure_memory=False):
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
         timeout = min(self.limits.call_timeout, self._budget_left())
@@ -315,12 +379,17 @@ class StudentProcess:
             self.restarts += 1
             self.start()
             timeout = min(self.limits.call_timeout, self._budget_left())
+        counted = bool(message.get("count_flops") or any(step.get("count_flops") for step in message.get("steps", ())))
+        other_threads = None
         try:
-            if measure_memory and self.host_pid is None:
-                self.host_pid = self.worker.host_pid(self.pid)
-            with memory.PeakMemory(self.host_pid) if measure_memory else contextlib.nullcontext() as measure:
+            if counted and self.group is not None:
+                other_threads = self.group.tasks() - 1
+                self.group.allow_tasks(1)  # no new thread while the call is counted
+            with self._measure() if measure_memory else contextlib.nullcontext() as measure:
                 self._send({**message, "timeout": timeout})
                 reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
+            if counted and self.group is not None:
+                self.group.allow_tasks(CHILD_TASKS)
         except protocol.Timeout:
             self.kill()
             if time.monotonic() >= self.deadline:
@@ -339,6 +408,8 @@ class StudentProcess:
             value = check(self._unwrap(protocol.decode(reply)))
             if measure_memory:
                 value["peak_memory"] = measure.peak
+            if counted:
+                value["other_threads"] = other_threads
             return value
         except StudentTimeout:
             self.hung[key] = f"{key} did not finish within {timeout:g} s (an infinite loop?)"

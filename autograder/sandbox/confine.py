@@ -7,7 +7,8 @@ seccomp filters only ever add restrictions, and bubblewrap has already set no_ne
                     every process forked from it: no mounts, namespaces, ptrace, kernel keys, BPF,
                     module loading, network sockets, ...
   submission_filter(pid)  loaded in each forked child just before the submission's code runs: no
-                    new processes (threads only), no exec, no signals to any other process.
+                    new processes (threads only), no exec, no signals to any other process, no
+                    anonymous memory files (memfd_create).
 
 The child is made non-dumpable (and may not change that back): its /proc files belong to root, so
 it cannot reset its own peak memory (/proc/self/clear_refs) while the grader measures a call from
@@ -41,7 +42,9 @@ AF_UNIX = 1
 PR_SET_DUMPABLE = 4
 
 # System calls a submission's process may not make, on top of the above.
-SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal"]
+# memfd_create: memory that is no file in the scratch space and no part of the heap.
+SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal", "memfd_create",
+                     "memfd_secret"]
 SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
 
 

@@ -10,8 +10,8 @@ The README's security section explains it line by line; in short:
       no capabilities and no way to gain one (no_new_privs)
   bwrap --unshare-all ...  a new user, PID, IPC, UTS, cgroup and (empty) network namespace; a
       root made of read-only binds: /usr, the Python installation, the virtual environment and
-      this folder as /sandbox; a minimal /etc; its own /proc and /dev; a size-limited tmpfs at
-      /tmp as the only writable place
+      this folder as /sandbox; a minimal /etc; its own /proc and /dev; size-limited tmpfs at
+      /tmp and /dev/shm as the only writable places (the root and /dev are remounted read-only)
   python -E -s -B /sandbox/worker.py FD   the warm worker, talking to the grader on socket FD
 
 Inside, the worker adds seccomp filters and per-submission resource limits (confine.py).
@@ -29,6 +29,7 @@ NOBODY = 65534
 ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
                "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
 SCRATCH_BYTES = 256 << 20
+SHARED_MEMORY_BYTES = 64 << 20   # /dev/shm, a tmpfs of its own
 # What Python, torch and matplotlib read from /etc: the dynamic linker's cache and configuration,
 # the time zone and fonts. No account databases, no host names, no TLS keys.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts")
@@ -70,6 +71,7 @@ def bwrap_args(binds, control_fd):
             "--cap-drop", "ALL",                  # no capabilities even where bwrap could keep some
             *_system_binds(),
             "--proc", "/proc", "--dev", "/dev",
+            "--size", str(SHARED_MEMORY_BYTES), "--tmpfs", "/dev/shm",
             "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
             "--chdir", "/tmp", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
@@ -77,6 +79,9 @@ def bwrap_args(binds, control_fd):
             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "PYTHONHASHSEED", "0"]
     for source, target in binds.items():
         args += ["--ro-bind", source, target]
+    # Nothing but /tmp and /dev/shm stays writable: no file a child leaves in the root or in /dev
+    # can wait there for the next submission.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return args + worker_args(Path("/sandbox"), control_fd)
 
 

@@ -49,8 +49,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402,F401
 
 import protocol  # noqa: E402
+from counter import Counted  # noqa: E402
 from guard import GUARD  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 torch.set_num_threads(1)
 GUARD.wrap_python_functions()
@@ -233,8 +233,15 @@ def guarded(request):
 
 
 def flop_counter(wanted):
-    """torch's count of the matrix products' FLOPs when wanted, else a context that does nothing."""
-    return FlopCounterMode(display=False) if wanted else contextlib.nullcontext()
+    """The count of the products' FLOPs (counter.py) when wanted, else a context that does nothing."""
+    return Counted() if wanted else contextlib.nullcontext()
+
+
+def counted(reply, counter):
+    """The count's part of a reply: the FLOPs, and whether the counter was still whole after the call."""
+    reply["flops"] = int(counter.flops)
+    reply["count_intact"] = bool(counter.intact)
+    return reply
 
 
 def call(request):
@@ -250,7 +257,7 @@ def call(request):
         grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
     reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
     if request.get("count_flops"):
-        reply["flops"] = int(counter.get_total_flops())
+        counted(reply, counter)
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
     return reply
@@ -372,7 +379,7 @@ def module(request):
         "used_builtin_attention": GUARD.used,
     }
     if counting:
-        reply["flops"] = int(counter.get_total_flops())
+        counted(reply, counter)
     return reply
 
 
@@ -446,8 +453,11 @@ def wipe_scratch():
 
 
 def zygote(control):
-    """Fork children on request; the grader talks to each child on its own pipes."""
+    """Fork children on request; the grader talks to each child on its own pipes.  The scratch
+    space is emptied once the last child of a submission has ended (a submission's measured calls
+    run in a second child beside its first)."""
     control.send(b'{"ready": true}')
+    alive = set()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 4096, 2)
@@ -460,15 +470,19 @@ def zygote(control):
             pid = os.fork()
             if pid == 0:
                 child(control, fds, int(order["memory_mb"]))
+            alive.add(pid)
             for fd in fds:
                 os.close(fd)
             control.send(json.dumps({"pid": pid}).encode())
         elif order["op"] == "end":
+            pid = int(order["pid"])
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(order["pid"]), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(int(order["pid"]), 0)
-            wipe_scratch()
+                os.waitpid(pid, 0)
+            alive.discard(pid)
+            if not alive:
+                wipe_scratch()
             control.send(b'{"ended": true}')
 
 

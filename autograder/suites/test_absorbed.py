@@ -119,19 +119,24 @@ def test_new_tokens_are_turned_at_their_positions(student):
 
 
 def test_never_up_projects_the_cache(student):
-    """One new token after 512 cached: the absorbed path's matrix products cost about
-    2 * H * (d_latent + d_rope) FLOPs per cached token and per operand; up-projecting the cache costs
+    """One new token after 512 cached, one counted call: its values first, then its products' FLOPs.
+    The absorbed path costs about 2 * H * (d_latent + d_rope) FLOPs per cached token for the scores
+    and 2 * H * d_latent for the weights times the latents; up-projecting the cache costs
     2 * d_latent * H * d_head per cached token for the keys alone."""
     x = A.randn(1, 512, A.MLA_D_MODEL, seed=483)
     params = A.mla_parameters(seed=480)
-    _, reply = absorbed(student, params, x, 1, count_flops=True)
+    output, reply = absorbed(student, params, x, 1, count_flops=True)
+    want = A.reference_or_own_rope(student, output, lambda rope_of: naive(params, x, 1, rope_of))
+    checks.close(output, want, "absorbed_attention for the counted call (1 new token after 512 cached)",
+                 "The counted call must first give the right answer: the work of a wrong answer earns nothing.",
+                 A.named(CAUSES, in_out=naive(params, x, 1, in_out=True),
+                         positions_from_zero=naive(params, x, 1, positions_from_zero=True)))
     t = x.shape[1]
     per_token = 2 * A.MLA_H * (A.MLA_D_LATENT + A.MLA_D_ROPE) + 2 * A.MLA_H * A.MLA_D_LATENT  # scores, then weights @ c
-    allowed = 2 * per_token * t
-    checks.require(reply["flops"] <= allowed,
-                   f"absorbed_attention for 1 new token after {t} cached used {reply['flops']:,} FLOPs in its matrix "
-                   f"products, where the absorbed path needs about {per_token * t:,} (allowed: {allowed:,}).",
-                   f"Likely cause: {CAUSES['up_projects']}.")
+    A.check_work(reply, f"absorbed_attention for 1 new token after {t} cached", low=per_token * t // 2,
+                 high=2 * per_token * t,
+                 observed=f"the absorbed path needs about {per_token * t:,} (allowed: {2 * per_token * t:,}).",
+                 too_much=f"Likely cause: {CAUSES['up_projects']}.")
 
 
 def test_keeps_float32(student):

@@ -1,0 +1,111 @@
+"""The work of a counted call: the floating-point operations of its products (this file runs in the
+sandbox, in the warm worker, before any submission's code).
+
+What is counted, as torch's dispatcher runs it (after torch.matmul, einsum, tensordot, nn.Linear and
+@ have become the kernels below, so every way of writing a product reaches the count):
+
+  mm, addmm, bmm, baddbmm, addbmm      2 * m * k * n per product (a multiply and an add)
+  mv, addmv, dot, vdot, addr, outer    the same rule for matrix-vector and vector products
+  mul, addcmul (element-wise)          2 per element of the result: the multiply and the add of the
+                                       sum that turns element-wise products into a product
+
+Work done where torch's dispatcher does not see it (NumPy, Python numbers) is not counted, so the
+suites also require a count no lower than the algorithm's own: an answer that hides its work is
+"far below", never "cheap".  The count cannot be emptied from inside the call (it lives in this
+module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
+worker checks after the call that the counter is still the active mode and still counts
+(`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
+no work moves to a thread the mode does not see.
+"""
+
+import math
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+aten = torch.ops.aten
+
+
+def _shape(value):
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
+
+
+def _numel(value):
+    return math.prod(_shape(value))
+
+
+def _matrix(a, b):
+    (m, k), n = _shape(a)[-2:], _shape(b)[-1]
+    batch = math.prod(_shape(a)[:-2]) if len(_shape(a)) > 2 else 1
+    return 2 * batch * m * k * n
+
+
+COSTS = {
+    aten.mm: lambda args, out: _matrix(args[0], args[1]),
+    aten.addmm: lambda args, out: _matrix(args[1], args[2]),
+    aten.bmm: lambda args, out: _matrix(args[0], args[1]),
+    aten.baddbmm: lambda args, out: _matrix(args[1], args[2]),
+    aten.addbmm: lambda args, out: _matrix(args[1], args[2]),
+    aten.mv: lambda args, out: 2 * _numel(args[0]),
+    aten.addmv: lambda args, out: 2 * _numel(args[1]),
+    aten.dot: lambda args, out: 2 * _numel(args[0]),
+    aten.vdot: lambda args, out: 2 * _numel(args[0]),
+    aten.addr: lambda args, out: 2 * _numel(out),
+    aten.outer: lambda args, out: 2 * _numel(out),
+    aten.mul: lambda args, out: 2 * _numel(out),
+    aten.mul_: lambda args, out: 2 * _numel(out),
+    aten.addcmul: lambda args, out: 2 * _numel(out),
+    aten.addcmul_: lambda args, out: 2 * _numel(out),
+}
+
+
+def _make():
+    total = [0]
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            cost = COSTS.get(func.overloadpacket)
+            if cost is not None:
+                try:
+                    total[0] += int(cost(args, out))
+                except (TypeError, ValueError, IndexError):
+                    pass
+            return out
+
+    def read():
+        return total[0]
+
+    return Counting, read
+
+
+_Counting, _read = _make()
+
+
+class Counted:
+    """with Counted() as counted: ...the student's call...; then counted.flops and counted.intact
+    (entered several times, it adds up the calls)."""
+
+    def __init__(self):
+        self.flops, self.intact = 0, True
+
+    def __enter__(self):
+        self.mode = _Counting()
+        self.start = _read()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        stack = _get_current_dispatch_mode_stack()
+        on_top = bool(stack) and stack[-1] is self.mode
+        self.flops += _read() - self.start
+        probe = torch.ones(2, 2, dtype=torch.float64)
+        before = _read()
+        torch.mm(probe, probe)
+        still_counts = _read() - before == 16
+        try:
+            self.mode.__exit__(*exc)
+        except Exception:  # noqa: BLE001 - the stack was changed under the mode; it is not intact
+            on_top = False
+        self.intact = self.intact and on_top and still_counts
+        return False
