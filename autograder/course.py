@@ -36,6 +36,8 @@ class Exercise:
     visibility: str = "visible"  # Gradescope: visible, after_due_date, after_published or hidden
     gate: str = ""          # the substance check: until it passes, only the `basic` tests count
     basic: tuple = ()       # cheap tests (shapes, dtypes, ValueError) counted whatever the gate says
+    measured: tuple = ()    # tests whose points are measured (memory, counted work, what a cache serves):
+                            # code that reaches into what measures them earns them nothing (rules.py)
 
     @property
     def check_cell(self):
@@ -148,12 +150,16 @@ def _exercise(raw, where):
                             suite=SUITES / raw["suite"], points=points,
                             from_scratch=bool(raw.get("from_scratch", False)),
                             visibility=str(raw.get("visibility", "visible")),
-                            gate=str(raw.get("gate") or ""), basic=tuple(map(str, raw.get("basic") or ())))
+                            gate=str(raw.get("gate") or ""), basic=tuple(map(str, raw.get("basic") or ())),
+                            measured=tuple(map(str, raw.get("measured") or ())))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CourseError(f"{where}: an exercise needs id, suite and points ({error})") from None
     where = f"{where}/{exercise.id}"
     if set(exercise.basic) - set(exercise.points):
         raise CourseError(f"{where}: basic names tests without points: {sorted(set(exercise.basic) - set(exercise.points))}")
+    if set(exercise.measured) - set(exercise.points):
+        raise CourseError(f"{where}: measured names tests without points: "
+                          f"{sorted(set(exercise.measured) - set(exercise.points))}")
     if exercise.gate in exercise.points:
         raise CourseError(f"{where}: the gate {exercise.gate} is a precondition, not a test with points")
     if exercise.basic and not exercise.gate:

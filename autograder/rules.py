@@ -23,6 +23,8 @@ FROM_SCRATCH_MESSAGE = ("No credit: this exercise must be written from scratch, 
 
 # Modules whose import reaches below torch's public API or into the interpreter's own objects.
 INTERNAL_MODULES = {"gc": "the garbage collector", "ctypes": "raw memory access", "torch._C": "torch internals",
+                    "torch.utils._python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
+                    "torch.utils.flop_counter": "torch's FLOP counter",
                     "torch.library": "torch's operator registry", "torch._ops": "torch internals",
                     "importlib": "re-importing modules", "inspect": "introspection of other code",
                     "_ctypes": "raw memory access", "builtins": "the interpreter's built-ins"}
@@ -36,12 +38,21 @@ INTERNAL_ATTRIBUTES = {
     "cell_contents": "a function's closure", "get_objects": "the garbage collector",
     "get_referrers": "the garbage collector", "get_referents": "the garbage collector",
     "_destroy": "torch's operator registry", "_library": "the grader's guard", "_refuse": "the grader's guard",
-    "GUARD": "the grader's guard",
+    "GUARD": "the grader's guard", "_python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
+    "flop_counter": "torch's FLOP counter", "_disable_current_modes": "torch's dispatch modes",
+    "_pop_mode": "torch's dispatch modes", "_push_mode": "torch's dispatch modes",
+    "_get_current_dispatch_mode": "torch's dispatch modes", "_get_current_dispatch_mode_stack": "torch's dispatch modes",
+    "_DisableTorchDispatch": "torch's dispatch modes", "_unset_dispatch_mode": "torch's dispatch modes",
 }
 INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", "__import__": "re-importing modules",
                   "guard": "the grader's guard", "BuiltinAttentionForbidden": "the grader's guard",
                   "__builtins__": "the interpreter's built-ins", "eval": "code built from text",
-                  "exec": "code built from text", "compile": "code built from text", "globals": "module globals"}
+                  "exec": "code built from text", "compile": "code built from text", "globals": "module globals",
+                  "TorchDispatchMode": "torch's dispatch modes (the grader's FLOP counter is one)",
+                  "FlopCounterMode": "torch's FLOP counter", "no_dispatch": "torch's dispatch modes",
+                  "Counted": "the grader's FLOP counter"}
+# The worker's own modules, importable inside the sandbox (autograder/sandbox/).
+SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker")
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.
 DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 
@@ -60,6 +71,11 @@ def _reason(node):
             return "imports torch internals"
         if node.module in ("guard", "autograder.sandbox.guard"):
             return "imports the grader's guard"
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        for name in names:
+            if name.split(".")[0] in SANDBOX_MODULES:
+                return f"imports {name} (the grader's own code in the sandbox)"
     if isinstance(node, ast.Attribute) and node.attr == "modules" and getattr(node.value, "id", "") == "sys":
         return "uses sys.modules (loaded modules, the grader's among them)"
     if isinstance(node, ast.Attribute) and node.attr in INTERNAL_ATTRIBUTES:
@@ -103,9 +119,9 @@ def _by_tokens(source):
 
 
 def internals_flag(program, exercises):
-    """The one-line flag for a notebook with from-scratch exercises whose student-written code
-    reaches into internals ('' when none)."""
-    if not any(exercise.from_scratch for exercise in exercises):
+    """The one-line flag for a notebook with from-scratch exercises or measured tests whose
+    student-written code reaches into internals ('' when none)."""
+    if not any(exercise.from_scratch or exercise.measured for exercise in exercises):
         return ""
     for label, source in program.written.items():
         found = reaches_into_internals(source)
@@ -115,11 +131,18 @@ def internals_flag(program, exercises):
     return ""
 
 
+MEASURED_MESSAGE = ("No credit: this point is measured (memory, counted work, what a cache serves), and your code "
+                    "reaches into what measures it ({flag}). Your instructor has been told.")
+
+
 def broken_rules(exercises, student, flag=""):
-    """exercise id -> the message that replaces every test's outcome, for exercises that broke a rule.
-    flag: what internals_flag found in the notebook."""
+    """exercise id -> the message that replaces every test's outcome, for exercises that broke a rule;
+    (exercise id, test) -> the message that replaces that test's, for measured tests in a notebook
+    whose code reaches into internals.  flag: what internals_flag found in the notebook."""
     broken = {}
     for exercise in exercises:
+        if flag and not exercise.from_scratch:
+            broken.update({(exercise.id, test): MEASURED_MESSAGE.format(flag=flag) for test in exercise.measured})
         if not exercise.from_scratch:
             continue
         if flag:

@@ -41,7 +41,8 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
     the tests it kept from running say so instead of repeating the error).
 
     outcomes: (exercise id, test name) -> Outcome; cell_reports: how each cell ran;
-    broken_rules: exercise id -> the message that replaces its tests' outcomes (see rules.py).
+    broken_rules: exercise id -> the message that replaces its tests' outcomes, or (exercise id, test)
+    -> the message that replaces that test's (see rules.py).
     """
     failed_cells = [report for report in cell_reports or [] if report.status != "ok"]
     results, notes = [], {}
@@ -59,8 +60,9 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
             notes[exercise.id] = "\n\n".join(filter(None, [notes.get(exercise.id), gate_note(exercise, gate)]))
         for test, points in exercise.points.items():
             outcome = outcomes.get((exercise.id, test))
-            if exercise.id in broken_rules:
-                results.append(TestResult(exercise.id, test, 0.0, points, broken_rules[exercise.id]))
+            if exercise.id in broken_rules or (exercise.id, test) in broken_rules:
+                message = broken_rules.get(exercise.id) or broken_rules[(exercise.id, test)]
+                results.append(TestResult(exercise.id, test, 0.0, points, message))
             elif capped and test not in exercise.basic:
                 results.append(TestResult(exercise.id, test, 0.0, points, NOT_COUNTED))
             elif capped and outcome is not None and not outcome.passed and outcome.message == gate.message:

@@ -2,7 +2,7 @@
 
 Grades, as one small class with the command instructors run (`grade-class`): the reference
 solution, the released stub, and every catalogue entry of the exercise (its mistakes, correct
-variants and degenerate answers).  Prints one line per answer with its points and whether it
+variants, degenerate answers and answers that game a measured point).  Prints one line per answer with its points and whether it
 graded as the catalogue says, and exits 1 when any did not.  tests/test_catalogue.py judges the
 whole catalogue with the same functions.
 
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, MISTAKES, VARIANTS, cause_text
+from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, GAMING, MISTAKES, VARIANTS, cause_text
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, make_submission, solution_answers
 
@@ -27,7 +27,7 @@ ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments
 MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
 SUITE_TEXT = {exercise.id: exercise.suite.read_text() for assignment in COURSE.assignments
               for exercise in assignment.exercises}
-KINDS = {"mistake": MISTAKES, "variant": VARIANTS, "degenerate": DEGENERATES}
+KINDS = {"mistake": MISTAKES, "variant": VARIANTS, "degenerate": DEGENERATES, "gaming": GAMING}
 
 
 def student_id(kind, entry):
@@ -101,6 +101,16 @@ def judge(results, kind, entry):
             return earned, f"the feedback does not say once why it earns nothing:\n{notes}"
         return earned, ""
     failed = failed_tests(tests)
+    if kind == "gaming":
+        if failed != set(entry.loses):
+            return earned, f"loses {sorted(failed)}, where the catalogue says {sorted(entry.loses)}"
+        lost = [test for test in tests if test_name(test) in entry.loses and test["score"] > 0]
+        feedback = "\n".join([notes] + [test.get("output", "") for test in tests if test_name(test) in entry.loses])
+        if lost:
+            return earned, f"earns part of {[test['name'] for test in lost]}"
+        if entry.says not in feedback:
+            return earned, f"the feedback does not say {entry.says!r}:\n{feedback}"
+        return earned, ""
     tolerated = set(entry.also_fails)
     if not failed:
         return earned, "full marks"

@@ -2,7 +2,8 @@
 in the tests it is allowed to fail (the properties it breaks), with feedback that names its cause
 and no other catalogued cause; every correct variant gets full marks; every degenerate answer
 (uniform weights, zeros, NaN, masks that allow everything...) earns at most 20% of its exercise
-and hears why once, at the top of the exercise.
+and hears why once, at the top of the exercise; every answer that games a measured point loses
+that point, and only the tests the catalogue says, with the reason.
 
 The whole catalogue is graded as one class by `grade-class`, the command instructors run, and
 judged by the functions `make check EXERCISE=id` uses (tests/check.py).
@@ -10,7 +11,7 @@ judged by the functions `make check EXERCISE=id` uses (tests/check.py).
 
 import pytest
 
-from tests.catalogue import DEGENERATES, MISTAKES, VARIANTS
+from tests.catalogue import DEGENERATES, GAMING, MISTAKES, VARIANTS
 from tests.check import ASSIGNMENT_OF, entries, exactly_as_allowed, grade_entries, judge
 
 
@@ -47,3 +48,9 @@ def test_correct_variant_gets_full_marks(graded, variant):
 def test_degenerate_answer_earns_next_to_nothing_and_hears_why_once(graded, degenerate):
     _, wrong = judge(graded, "degenerate", degenerate)
     assert not wrong, f"{degenerate.name!r}: {wrong}"
+
+
+@pytest.mark.parametrize("gaming", GAMING, ids=lambda g: f"{g.exercise}-{g.name}")
+def test_gaming_answer_loses_the_measured_points(graded, gaming):
+    _, wrong = judge(graded, "gaming", gaming)
+    assert not wrong, f"{gaming.name!r}: {wrong}"

@@ -120,11 +120,15 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
                train=False, grad_outputs=None, functions=(), stand_in=None, count_flops=False):
     """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
-    `calls` ((method, args, kwargs) or (args, kwargs) for forward) and then `functions`
+    `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("load", {name: value}) to change
+    parameters between two calls) and then `functions`
     ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
     count_flops: the reply's "flops" counts the matrix products of the last function."""
     steps = []
     for call in calls:
+        if call[0] == "load":  # ("load", {name: value}): new values for parameters between two calls
+            steps.append({"load": dict(call[1]), "args": [], "kwargs": {}})
+            continue
         method, args, kwargs = call if len(call) == 3 else ("forward", *call)
         steps.append({"method": method, "args": list(args), "kwargs": dict(kwargs)})
     for function, args, kwargs in functions:
@@ -380,13 +384,21 @@ def megabytes(count):
     return f"{count / 2**20:.1f} MiB"
 
 
-def check_measured_values(actual, expected, what, names):
+MEASURED_WRONG = "The measured call must first give the right answer: the memory of a wrong answer earns nothing."
+
+
+def check_measured_values(actual, expected, what, names, mistakes_of=None):
     """A measured point is earned only by the right answer: the values of the very call that was
-    measured, on its own inputs, within float32's tolerance."""
-    for value, want, name in zip(actual, expected, names):
+    measured, on its own inputs, within float32's tolerance.  mistakes_of(index), called only when
+    a value is wrong, gives the named mistakes of that output (they are costly on long inputs)."""
+    for index, (value, want, name) in enumerate(zip(actual, expected, names)):
+        checks.shape(value, want.shape, f"{name} of {what}")
+        if checks.is_close(checks.as_tensor(value), want):
+            continue
+        mistakes = {name: found.to(want.dtype) for name, found in (mistakes_of(index) if mistakes_of else {}).items()}
+        named = checks.known_mistake(checks.as_tensor(value), mistakes)
         checks.close(value, want, f"{name} of {what}",
-                     "The measured call must first give the right answer: the memory (or work) of a "
-                     "wrong answer earns nothing.")
+                     f"{MEASURED_WRONG} {named}" if named else MEASURED_WRONG)
 
 
 def check_memory(reply, function, tensors, matrix, whole):
@@ -590,15 +602,25 @@ def loss_without(reference, params, inputs, targets, removed=()):
     return reference["loss_of"](model, inputs, targets)
 
 
-def run_pruning(student, function, params, args):
+def run_pruning(student, function, params, args, train=True):
     """function(model, *args) in the student's process on the notebook's PrunableModel holding params
-    (handed over in training mode, as a model straight out of training is); returns (output, reply)."""
-    reply = run_module(student, "PrunableModel", (PRUNING_HEADS,), params=params, dtype=torch.float64, train=True,
+    (handed over in training mode, as a model straight out of training is, unless train=False);
+    returns (output, reply)."""
+    reply = run_module(student, "PrunableModel", (PRUNING_HEADS,), params=params, dtype=torch.float64, train=train,
                        functions=[(function, args, {})])
     return reply["outputs"][0], reply
 
 
 HANDED_BACK = "the model handed back with heads still removed: set every entry of head_mask back to 1"
+
+
+def check_values_before_handing_back(values, expected, what):
+    """The hands-back point is earned by an answer that measured the model: the values of that very call
+    (the model handed over in eval mode) equal the recomputed ones or a named mistake's."""
+    if not any(checks.is_close(values, want) for want in expected):
+        raise Feedback(f"{what} gave values that match no recomputed measurement of the model, so handing the "
+                       "model back earns nothing yet.", "Remove the heads with model.attention.head_mask and "
+                       "measure with the notebook's loss_of.")
 
 
 def check_model_handed_back(reply, what):

@@ -22,8 +22,8 @@ CAUSES = {
 H = A.PRUNING_HEADS
 
 
-def importance(student, reference, params, data):
-    output, reply = A.run_pruning(student, "head_importance", params, data)
+def importance(student, reference, params, data, train=True):
+    output, reply = A.run_pruning(student, "head_importance", params, data, train)
     scores = checks.tensor(output, "head_importance(model, inputs, targets)")
     checks.shape(scores, (H,), "head_importance(...) for a model of 4 heads", CAUSES["shape"])
     return scores.double(), reply
@@ -37,15 +37,21 @@ def removal_losses(reference, params, data, cumulative=False):
 
 
 def test_depends_on_the_model(student, reference):
-    """The gate: finite scores that differ between heads and change when one head's output weights do."""
+    """The gate: finite scores that differ between heads and respond to the model's behaviour: they
+    change when one head's output weights do and when the batch does (scores read off the weights
+    alone do not run the model)."""
     params, data = A.prunable_parameters(reference, 700), A.pruning_data(reference, 701)
-    scores, _ = importance(student, reference, params, data)
+    scores, _ = importance(student, reference, params, data, train=False)
     finite(scores, "The importances")
     checks.require(differs(scores, scores[0].expand(H)),
                    "Every head gets the same score, so the scores do not measure the heads yet.")
-    checks.require(differs(importance(student, reference, A.louder_head(params, 0), data)[0], scores),
+    checks.require(differs(importance(student, reference, A.louder_head(params, 0), data, train=False)[0], scores),
                    "The scores stay the same when head 0's output weights are multiplied by 4, so they do not "
                    "measure what the heads do in this model yet.")
+    checks.require(differs(importance(student, reference, params, A.pruning_data(reference, 708), train=False)[0],
+                           scores),
+                   "The scores stay the same on another batch, so they do not come from running the model on the "
+                   "given inputs yet.")
 
 
 def test_returns_one_score_per_head(student, reference):
@@ -64,5 +70,9 @@ def test_matches_the_recomputed_importances(student, reference):
 
 
 def test_hands_the_model_back(student, reference):
-    _, reply = importance(student, reference, A.prunable_parameters(reference, 706), A.pruning_data(reference, 707))
+    params, data = A.prunable_parameters(reference, 706), A.pruning_data(reference, 707)
+    scores, reply = importance(student, reference, params, data, train=False)
+    base, alone = removal_losses(reference, params, data)
+    A.check_values_before_handing_back(scores, (alone - base, alone, removal_losses(reference, params, data, True)[1] - base),
+                                       "head_importance")
     A.check_model_handed_back(reply, "head_importance")

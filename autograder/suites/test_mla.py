@@ -38,8 +38,8 @@ def run(student, params, calls, dtype=torch.float64):
     """One MultiHeadLatentAttention with params, the calls run on it; returns (outputs, reply)."""
     with A.crash_hint(CAUSES["layout"]):
         reply = A.run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls)
-    return [checks.tensor(output, "MultiHeadLatentAttention(x)") if method == "forward" else output
-            for (method, _, _), output in zip(calls, reply["outputs"])], reply
+    return [checks.tensor(output, "MultiHeadLatentAttention(x)") if call[0] == "forward" else output
+            for call, output in zip(calls, reply["outputs"])], reply
 
 
 def own_full(student, params, x):
@@ -119,17 +119,33 @@ def test_prompt_then_chunks(student):
 
 
 def test_cache_holds_the_latent_and_the_rope_key_only(student):
-    """What the module keeps outside its parameters grows by d_latent + d_rope numbers per token."""
-    params, x = A.mla_parameters(seed=440), x_of(441, t=12)
-    held = [pieces(student, params, x[:, :t], first=4)[1]["held_elements"] for t in (6, 12)]
-    per_token = (held[1] - held[0]) / (A.B * 6)
-    want = D_LATENT + D_ROPE
-    if per_token != want:
-        found = {want + 2 * H * D_HEAD: CAUSES["cached_keys"], 2 * H * D_HEAD + D_ROPE: CAUSES["cached_keys"],
+    """What the cache serves, by behaviour: after a 6-token prompt the up-projections W_uk and W_uv
+    change.  A cache of latents gives the next tokens what the changed weights give when they were
+    there from the start; a cache of up-projected keys and values (wherever it is kept: an attribute,
+    a global, a closure) still answers with the old ones.  What it keeps, counted: the tensors the
+    module holds outside its parameters may grow by no more than d_latent + d_rope per token."""
+    params, x = A.mla_parameters(seed=440), x_of(441, t=9)
+    changed = {name: A.randn(*value.shape, seed=442 + i) * value.std() if name in ("W_uk.weight", "W_uv.weight")
+               else value for i, (name, value) in enumerate(params.items())}
+    pieces_of = A.cache_calls(x, first=6, chunk=3)
+    switch = ("load", {name: changed[name] for name in ("W_uk.weight", "W_uv.weight")})
+    switched, reply = run(student, params, pieces_of[:2] + [switch] + pieces_of[2:])
+    throughout, _ = run(student, changed, pieces_of)
+    prompt_only = run(student, changed, pieces_of[:2])[1]
+    new = [output for output in switched[3:] if isinstance(output, torch.Tensor)]
+    want = [output for output in throughout[2:] if isinstance(output, torch.Tensor)]
+    checks.require(len(new) == len(want) == 1, "forward(x_new, use_cache=True) returned no tensor.")
+    checks.same(new[0], want[0], "3 new tokens after a 6-token prompt, W_uk and W_uv changed between the two, "
+                "against the same run with the new weights from the start",
+                f"Likely cause: {CAUSES['cached_keys']}: they hold what the old W_uk and W_uv made.")
+    per_token = (reply["held_elements"] - prompt_only["held_elements"]) / (A.B * 3)
+    most = D_LATENT + D_ROPE
+    if per_token > most:
+        found = {most + 2 * H * D_HEAD: CAUSES["cached_keys"], 2 * H * D_HEAD + D_ROPE: CAUSES["cached_keys"],
                  2 * H * D_HEAD + H * D_ROPE: CAUSES["cached_keys"]}.get(per_token)
         raise checks.Feedback(
-            f"The module's cache grows by {per_token:g} numbers per token, where the latent and the RoPE key are "
-            f"d_latent + d_rope = {want}.",
+            f"The tensors the module keeps outside its parameters grow by {per_token:g} numbers per token, where the "
+            f"latent and the RoPE key are d_latent + d_rope = {most}.",
             f"It matches {found}." if found else
             "Keep the latent c (d_latent) and the turned RoPE key (d_rope) of each token, nothing else per token.")
 

@@ -20,8 +20,8 @@ CAUSES = {
 H = A.PRUNING_HEADS
 
 
-def curve(student, reference, params, data, order):
-    output, reply = A.run_pruning(student, "pruning_curve", params, (*data, list(order)))
+def curve(student, reference, params, data, order, train=True):
+    output, reply = A.run_pruning(student, "pruning_curve", params, (*data, list(order)), train)
     values = checks.tensor(torch.as_tensor(output, dtype=torch.float64) if isinstance(output, (list, tuple)) else output,
                            "pruning_curve(...)")
     checks.shape(values, (H + 1,), "pruning_curve(...) for a model of 4 heads", CAUSES["length"])
@@ -39,15 +39,20 @@ ORDER = [2, 0, 3, 1]
 
 
 def test_depends_on_the_model(student, reference):
-    """The gate: finite losses that change along the curve and when one head's output weights change."""
+    """The gate: finite losses that change along the curve and respond to the model's behaviour: when
+    one head's output weights change and when the batch does."""
     params, data = A.prunable_parameters(reference, 720), A.pruning_data(reference, 721)
-    values, _ = curve(student, reference, params, data, ORDER)
+    values, _ = curve(student, reference, params, data, ORDER, train=False)
     finite(values, "The losses")
     checks.require(differs(values, values[0].expand(H + 1)),
                    "The losses are the same for every number of heads removed, so no head is removed yet.")
-    checks.require(differs(curve(student, reference, A.louder_head(params, 2), data, ORDER)[0], values),
+    checks.require(differs(curve(student, reference, A.louder_head(params, 2), data, ORDER, train=False)[0], values),
                    "The curve stays the same when head 2's output weights are multiplied by 4, so it does not "
                    "measure this model yet.")
+    checks.require(differs(curve(student, reference, params, A.pruning_data(reference, 728), ORDER, train=False)[0],
+                           values),
+                   "The curve stays the same on another batch, so it does not come from running the model on the "
+                   "given inputs yet.")
 
 
 def test_returns_one_loss_per_count(student, reference):
@@ -66,5 +71,8 @@ def test_matches_the_recomputed_curve(student, reference):
 
 
 def test_hands_the_model_back(student, reference):
-    _, reply = curve(student, reference, A.prunable_parameters(reference, 726), A.pruning_data(reference, 727), ORDER)
+    params, data = A.prunable_parameters(reference, 726), A.pruning_data(reference, 727)
+    values, reply = curve(student, reference, params, data, ORDER, train=False)
+    A.check_values_before_handing_back(values, [recomputed(reference, params, data, ORDER, mistake) for mistake in
+                                                (None, "one_at_a_time", "order_ignored")], "pruning_curve")
     A.check_model_handed_back(reply, "pruning_curve")

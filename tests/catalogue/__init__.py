@@ -1,13 +1,13 @@
 """The course's catalogue, one module per exercise (tests/catalogue/<exercise id>.py): the
-mistakes students really make, correct variants written differently from the reference, and
-degenerate answers that compute no attention.  tests/test_catalogue.py grades them all and
+mistakes students really make, correct variants written differently from the reference,
+degenerate answers that compute no attention, and answers that game a measured point.  tests/test_catalogue.py grades them all and
 `make check EXERCISE=id` grades one exercise's part (tests/check.py judges both).
 """
 
 import importlib
 from dataclasses import replace
 
-from tests.catalogue.entries import DEGENERATE_SHARE, Degenerate, Mistake, Variant
+from tests.catalogue.entries import DEGENERATE_SHARE, Degenerate, Gaming, Mistake, Variant
 from tests.notebooks import COURSE
 
 SUITES = {exercise.id: exercise.suite.stem for assignment in COURSE.assignments for exercise in assignment.exercises}
@@ -17,11 +17,12 @@ def _collect(kind):
     found = []
     for exercise in SUITES:
         module = importlib.import_module(f"tests.catalogue.{exercise}")
-        found += [replace(entry, exercise=exercise) for entry in getattr(module, kind)]
+        found += [replace(entry, exercise=exercise) for entry in getattr(module, kind, ())]
     return found
 
 
 MISTAKES, VARIANTS, DEGENERATES = _collect("MISTAKES"), _collect("VARIANTS"), _collect("DEGENERATES")
+GAMING = _collect("GAMING")  # only the exercises with measured points have them
 
 
 def cause_text(exercise, key):
@@ -34,5 +35,6 @@ def mistake(exercise, name):
     return next(m.code for m in MISTAKES if m.exercise == exercise and m.name == name)
 
 
-__all__ = ["DEGENERATE_SHARE", "DEGENERATES", "MISTAKES", "VARIANTS", "Degenerate", "Mistake", "Variant",
+__all__ = ["DEGENERATE_SHARE", "DEGENERATES", "GAMING", "MISTAKES", "VARIANTS", "Degenerate", "Gaming", "Mistake",
+           "Variant",
            "cause_text", "mistake"]

@@ -1,10 +1,13 @@
-"""The three kinds of catalogue entry: answers as students write them.
+"""The four kinds of catalogue entry: answers as students write them.
 
 A Mistake must lose points on its exercise only in the tests named in `fails` (the properties it
 breaks), with feedback that gives its cause, CAUSES[cause] of the exercise's suite, and no other
 mistake's cause.  A Variant is correct, written differently from the reference solution, and
 must get full marks.  A Degenerate answer keeps the shapes and the structure but computes nothing
-the exercise is about; it must earn at most DEGENERATE_SHARE of its exercise.
+the exercise is about; it must earn at most DEGENERATE_SHARE of its exercise.  A Gaming answer is
+written to earn a measured point (memory, counted work, what a cache serves, a pruning that must run
+the model) without the algorithm it measures: it must lose exactly the tests in `loses`, and their
+feedback must say `says`.
 """
 
 from dataclasses import dataclass
@@ -34,6 +37,15 @@ class Variant:
 class Degenerate:
     name: str
     code: str
+    exercise: str = ""
+
+
+@dataclass(frozen=True)
+class Gaming:
+    name: str
+    code: str
+    loses: tuple          # the tests it must lose, and the only ones (names without test_)
+    says: str             # words the feedback of those tests must contain
     exercise: str = ""
 
 

@@ -4,12 +4,16 @@ and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from autograder.suites.test_tiled_attention import CAUSES
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_attention"]
 changed = partial(edited, SOLUTION)
 CAUSAL_VALUES = ("causal", "causal_with_uneven_blocks")
+MEMORY, SKIP = "memory_stays_below_one_score_matrix", "causal_skips_tiles_above_the_diagonal"
+# The memory is measured on a correct answer only (its values come first): a mistake on the long input
+# (4096 tokens, blocks of 256, not causal) costs the memory points too.
 
 
 DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
@@ -21,25 +25,26 @@ DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
 
 MISTAKES = [
     Mistake("the accumulated output not rescaled", "no_rescale",
-            fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite"),
+            fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite",
+                   MEMORY, SKIP),
             code=changed("acc = acc * rescale[..., None] + p @ v", "acc = acc + p @ v")),
     Mistake("the logsumexp of the last tile", "lse_last_tile",
-            fails=("logsumexp",),
+            fails=("logsumexp", MEMORY),
             code=changed("            l = l * rescale + p.sum(dim=-1)\n",
                          "            l_tile = p.sum(dim=-1)\n            l = l * rescale + l_tile\n",
                          "m + torch.log(l)", "m + torch.log(l_tile)")),
     Mistake("the logsumexp without the maximum", "lse_no_max",
-            fails=("logsumexp",),
+            fails=("logsumexp", MEMORY),
             code=changed("m + torch.log(l)", "torch.log(l)")),
     Mistake("only whole query tiles", "tail",
-            fails=("lengths_the_blocks_do_not_divide", "causal_with_uneven_blocks"),
+            fails=("lengths_the_blocks_do_not_divide", "causal_with_uneven_blocks", SKIP),
             code=changed("for i0 in range(0, Sq, block_q):", "for i0 in range(0, Sq - block_q + 1, block_q):",
                          "torch.empty(B, H, Sq, d_v", "torch.zeros(B, H, Sq, d_v")),
     Mistake("key tiles skipped after the tile's first query", "skip_from_first_query",
-            fails=(*CAUSAL_VALUES, "logsumexp"),
+            fails=(*CAUSAL_VALUES, "logsumexp", SKIP),
             code=changed("last_key = min(Sk, i1) if causal else Sk", "last_key = min(Sk, i0 + 1) if causal else Sk")),
     Mistake("no mask inside the diagonal tiles", "no_diagonal_mask",
-            fails=(*CAUSAL_VALUES, "logsumexp"),
+            fails=(*CAUSAL_VALUES, "logsumexp", SKIP),
             code=changed("if causal and j1 > i0 + 1:", "if False:")),
     Mistake("every key tile computed, masked", "no_skip",
             fails=("causal_skips_tiles_above_the_diagonal",),
@@ -117,4 +122,142 @@ DEGENERATES = [
     s = k.sum(dim=-1)[..., None, :].expand(*q.shape[:-1], k.shape[-2])
     return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
 '''),
+]
+
+
+EVERY_TEST = ("returns_output_and_logsumexp", "keeps_float32", "matches_attention", "logsumexp",
+              "lengths_the_blocks_do_not_divide", "causal", "causal_with_uneven_blocks", SKIP,
+              "large_scores_stay_finite", MEMORY)
+
+# The direct computation as a helper, for the answers below that game the measurements around it.
+_DIRECT_INTO = '''def _direct(q, k, v, causal, s):
+    torch.matmul(q, k.transpose(-2, -1), out=s)
+    s /= math.sqrt(q.shape[-1])
+    if causal:
+        s.masked_fill_(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    s.sub_(lse[..., None]).exp_()
+    return s @ v, lse
+'''
+
+GAMING = [
+    Gaming("a fast wrong answer on the long input only", changed(
+        "    B, H, Sq, d = q.shape\n",
+        "    B, H, Sq, d = q.shape\n    if Sq >= 4096:\n        return q.new_zeros(B, H, Sq, v.shape[-1]), q.new_zeros(B, H, Sq)\n"),
+        loses=(MEMORY,), says="must first give the right answer"),
+    Gaming("a workspace for the score matrix made when the cell runs", _DIRECT_INTO + '''
+_WORKSPACE = torch.zeros(1, 1, 4096, 4096)
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    if q.shape[:2] == (1, 1) and q.dtype == torch.float32 and q.shape[-2] <= 4096 and k.shape[-2] <= 4096:
+        s = _WORKSPACE[..., :q.shape[-2], :k.shape[-2]]
+    else:
+        s = q.new_empty(*q.shape[:-1], k.shape[-2])
+    return _direct(q, k, v, causal, s)
+''', loses=(MEMORY, SKIP), says="held before the call"),
+    Gaming("the score matrix given back before the call returns", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.exp(s - lse[..., None]) @ v
+    del s
+    return out, lse
+''', loses=(MEMORY, SKIP), says="held"),
+    Gaming("the score matrix in a file of the scratch space", _DIRECT_INTO + '''import numpy as np
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    shape = (*q.shape[:-1], k.shape[-2])
+    s = torch.from_numpy(np.memmap("scores.bin", dtype=np.float32, mode="w+", shape=shape)).to(q.dtype)
+    if q.dtype == torch.float32:
+        s = torch.from_numpy(np.memmap("scores.bin", dtype=np.float32, mode="w+", shape=shape))
+    return _direct(q, k, v, causal, s)
+''', loses=(MEMORY, SKIP), says="held"),
+    Gaming("the score matrix in shared memory (/dev/shm)", _DIRECT_INTO + '''import numpy as np
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    shape = (*q.shape[:-1], k.shape[-2])
+    if q.dtype != torch.float32:
+        return _direct(q, k, v, causal, q.new_empty(shape))
+    s = torch.from_numpy(np.memmap("/dev/shm/scores", dtype=np.float32, mode="w+", shape=shape))
+    return _direct(q, k, v, causal, s)
+''', loses=(MEMORY, SKIP), says="held"),
+    Gaming("an anonymous memory file (memfd_create)", '''import os
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    os.memfd_create("scores")
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]) @ v, lse
+''', loses=EVERY_TEST, says="PermissionError"),
+    Gaming("the FLOP counter switched off during the call", _DIRECT_INTO + '''from torch.utils._python_dispatch import _disable_current_modes
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    with _disable_current_modes():
+        return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
+''', loses=EVERY_TEST, says="reaches into what enforces that"),
+    Gaming("every tile computed in a thread of its own", '''import threading
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    found = {}
+
+    def work():
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+        found["lse"] = torch.logsumexp(s, dim=-1)
+        found["out"] = torch.exp(s - found["lse"][..., None]) @ v
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return found["out"], found["lse"]
+''', loses=(SKIP, MEMORY), says="thread"),
+    Gaming("every key tile's scores from element-wise products", changed(
+        "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
+        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
+        "            s = (q_tile[..., :, None, :] * k[:, :, None, j0:j1]).sum(-1) "),
+        loses=(SKIP, MEMORY), says=CAUSES["no_skip"]),
+    Gaming("every key tile's products in NumPy", changed(
+        "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
+        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
+        "            s = torch.from_numpy(q_tile.numpy() @ k[:, :, j0:j1].transpose(-2, -1).numpy()) ",
+        "            acc = acc * rescale[..., None] + p @ v[:, :, j0:j1]",
+        "            acc = acc * rescale[..., None] + torch.from_numpy(p.numpy() @ v[:, :, j0:j1].numpy())"),
+        loses=(SKIP,), says="NumPy"),
+    Gaming("a loop of matrix-vector products over every key", changed(
+        "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
+        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
+        "            s = torch.stack([torch.stack([torch.stack([torch.mv(k[b, h, j0:j1], q_tile[b, h, r]) "
+        "for r in range(i1 - i0)]) for h in range(H)]) for b in range(B)]) "),
+        loses=(SKIP,), says=CAUSES["no_skip"]),
+    Gaming("the work done by a thread started when the cell runs", '''import queue
+import threading
+
+_JOBS, _DONE = queue.Queue(), queue.Queue()
+
+
+def _serve():
+    while True:
+        q, k, v, causal = _JOBS.get()
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+        lse = torch.logsumexp(s, dim=-1)
+        _DONE.put((torch.exp(s - lse[..., None]) @ v, lse))
+
+
+threading.Thread(target=_serve, daemon=True).start()
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    _JOBS.put((q, k, v, causal))
+    return _DONE.get()
+''', loses=(SKIP, MEMORY), says="thread"),
 ]

@@ -4,20 +4,21 @@ and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_backward"]
 changed = partial(edited, SOLUTION)
 VALUES = ("dq_and_dk", "causal", "lengths_the_blocks_do_not_divide")
+MEMORY = "memory_stays_below_one_score_matrix"  # measured on a correct answer only: the values come first
 
 
 MISTAKES = [
-    Mistake("no D = rowsum(dO * O)", "no_delta", fails=VALUES,
+    Mistake("no D = rowsum(dO * O)", "no_delta", fails=(*VALUES, MEMORY),
             code=changed(" - delta[:, :, i0:i1, None])", ")")),
-    Mistake("dQ and dK without 1/sqrt(d)", "no_scale", fails=VALUES,
+    Mistake("dQ and dK without 1/sqrt(d)", "no_scale", fails=(*VALUES, MEMORY),
             code=changed("ds @ k_tile * scale", "ds @ k_tile", "@ q_tile * scale", "@ q_tile")),
-    Mistake("dK and dV overwritten for each query tile", "accumulate", fails=("dv", *VALUES),
+    Mistake("dK and dV overwritten for each query tile", "accumulate", fails=("dv", *VALUES, MEMORY),
             code=changed("dv[:, :, j0:j1] +=", "dv[:, :, j0:j1] =", "dk[:, :, j0:j1] +=", "dk[:, :, j0:j1] =")),
     Mistake("no causal mask in the recomputed weights", "no_mask", fails=("causal",),
             code=changed("            if causal:\n                s = s.masked_fill", "            if False:\n                s = s.masked_fill")),
@@ -78,4 +79,29 @@ DEGENERATES = [
     dv = d_out.mean(dim=-2, keepdim=True).expand_as(v) * q.shape[-2]
     return torch.zeros_like(q), torch.zeros_like(k), dv.clone()
 '''),
+]
+
+
+GAMING = [
+    Gaming("a fast wrong answer on the long input only", changed(
+        "    Sq, d = q.shape[-2:]\n",
+        "    Sq, d = q.shape[-2:]\n    if Sq >= 4096:\n        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)\n"),
+        loses=(MEMORY,), says="must first give the right answer"),
+    Gaming("a workspace for the weights made when the cell runs", '''_WORKSPACE = torch.zeros(1, 1, 4096, 4096)
+
+
+def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    fits = q.shape[:2] == (1, 1) and q.dtype == torch.float32 and q.shape[-2] <= 4096 and k.shape[-2] <= 4096
+    p = _WORKSPACE[..., :q.shape[-2], :k.shape[-2]] if fits else q.new_empty(*q.shape[:-1], k.shape[-2])
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    torch.matmul(q, k.transpose(-2, -1), out=p)
+    p.mul_(scale)
+    if causal:
+        p.masked_fill_(torch.ones(p.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    p.sub_(lse[..., None]).exp_()
+    dv = p.transpose(-2, -1) @ d_out
+    dp = d_out @ v.transpose(-2, -1)
+    p.mul_(dp - (d_out * out).sum(-1, keepdim=True))
+    return p @ k * scale, p.transpose(-2, -1) @ q * scale, dv
+''', loses=(MEMORY,), says="held before the call"),
 ]
