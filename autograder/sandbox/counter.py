@@ -9,9 +9,11 @@ What is counted, as torch's dispatcher runs it (after torch.matmul, einsum, tens
   mul, addcmul (element-wise)          2 per element of the result: the multiply and the add of the
                                        sum that turns element-wise products into a product
 
-Work done where torch's dispatcher does not see it (NumPy, Python numbers) is not counted, so the
-suites also require a count no lower than the algorithm's own: an answer that hides its work is
-"far below", never "cheap".  The count cannot be emptied from inside the call (it lives in this
+Work done where torch's dispatcher does not see it is not counted, so the suites also require a count
+no lower than the algorithm's own: an answer that hides its work is "far below", never "cheap".  A
+tensor may not become a NumPy array while a call is counted (Tensor.numpy and __array__ raise then;
+`install` wraps them in the worker before any submission's code, so a reference taken by a
+submission is the wrapper).  The count cannot be emptied from inside the call (it lives in this
 module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
@@ -59,8 +61,16 @@ COSTS = {
 }
 
 
+class NotCountable(RuntimeError):
+    pass
+
+
+NOT_COUNTABLE = ("a tensor was turned into a NumPy array during a call whose work is counted: NumPy's work "
+                 "cannot be counted, so keep the call's products in torch")
+
+
 def _make():
-    total = [0]
+    total, counting = [0], [False]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -76,10 +86,26 @@ def _make():
     def read():
         return total[0]
 
-    return Counting, read
+    def switch(on):
+        counting[0] = on
+
+    def refusing(original):
+        def wrapper(self, *args, **kwargs):
+            if counting[0]:
+                raise NotCountable(NOT_COUNTABLE)
+            return original(self, *args, **kwargs)
+        wrapper.__name__ = wrapper.__qualname__ = original.__name__
+        wrapper.__doc__ = original.__doc__
+        return wrapper
+
+    def install():
+        for name in ("numpy", "__array__"):
+            setattr(torch.Tensor, name, refusing(getattr(torch.Tensor, name)))
+
+    return Counting, read, switch, install
 
 
-_Counting, _read = _make()
+_Counting, _read, _switch, install = _make()
 
 
 class Counted:
@@ -93,9 +119,11 @@ class Counted:
         self.mode = _Counting()
         self.start = _read()
         self.mode.__enter__()
+        _switch(True)
         return self
 
     def __exit__(self, *exc):
+        _switch(False)
         stack = _get_current_dispatch_mode_stack()
         on_top = bool(stack) and stack[-1] is self.mode
         self.flops += _read() - self.start

@@ -50,11 +50,13 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402,F401
 
 import protocol  # noqa: E402
+import counter  # noqa: E402
 from counter import Counted  # noqa: E402
 from guard import GUARD  # noqa: E402
 
 torch.set_num_threads(1)
 GUARD.wrap_python_functions()
+counter.install()
 
 
 def warm_up():

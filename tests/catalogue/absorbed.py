@@ -4,26 +4,30 @@ degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from autograder.suites.test_absorbed import CAUSES
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["absorbed"]
 changed = partial(edited, SOLUTION)
+# The FLOPs are counted on a correct answer only (its values come first): a mistake in the values of
+# that call (one new token after 512 cached) costs the counted points too.
+COUNTED = "never_up_projects_the_cache"
 
 
 MISTAKES = [
     Mistake("nn.Linear's weight read as [in, out]", "in_out",
-            fails=("whole_sequence_equals_the_naive_path",),
+            fails=("whole_sequence_equals_the_naive_path", COUNTED),
             code=changed("W_uk = mla.W_uk.weight.view(H, d_head, d_latent)",
                          "W_uk = mla.W_uk.weight.reshape(d_latent, H, d_head).permute(1, 2, 0)",
                          "W_uv = mla.W_uv.weight.view(H, d_head, d_latent)",
                          "W_uv = mla.W_uv.weight.reshape(d_latent, H, d_head).permute(1, 2, 0)")),
     Mistake("the new queries turned from position 0", "positions_from_zero",
-            fails=("new_tokens_are_turned_at_their_positions",),
+            fails=("new_tokens_are_turned_at_their_positions", COUNTED),
             code=changed("positions = torch.arange(T - S, T)", "positions = torch.arange(S)")),
     Mistake("a mask without the offset", "no_offset",
             # one new token after the cache is hidden from it as well: the same property
-            fails=("new_tokens_see_the_whole_cache", "new_tokens_are_turned_at_their_positions"),
+            fails=("new_tokens_see_the_whole_cache", "new_tokens_are_turned_at_their_positions", COUNTED),
             code=changed("tril(diagonal=T - S)", "tril()")),
     Mistake("the cache up-projected (the naive path)", "up_projects",
             fails=("never_up_projects_the_cache",),
@@ -86,4 +90,50 @@ DEGENERATES = [
     heads = mean @ mla.W_uv.weight.view(H, dh, dl).transpose(-2, -1)
     return mla.W_o(heads.transpose(1, 2).reshape(B, S, H * dh))
 '''),
+]
+
+# The naive path: the cache up-projected to per-head keys and values, written the ways that the count
+# must still see (or refuse).
+_NAIVE = '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    B, S, _ = x_new.shape
+    T = cache_latent.shape[1]
+    H, d_head, d_latent, d_rope = mla.num_heads, mla.d_head, mla.d_latent, mla.d_rope
+    positions = torch.arange(T - S, T)
+    q = mla.W_q(x_new).view(B, S, H, d_head).transpose(1, 2)
+    q_rope = apply_rope(mla.W_qr(x_new).view(B, S, H, d_rope).transpose(1, 2), positions)
+    k, v = UP_PROJECT(cache_latent, mla.W_uk.weight), UP_PROJECT(cache_latent, mla.W_uv.weight)
+    k, v = (t.view(B, T, H, d_head).transpose(1, 2) for t in (k, v))
+    scores = (q @ k.transpose(-2, -1) + q_rope @ cache_rope.unsqueeze(1).transpose(-2, -1)) / math.sqrt(d_head + d_rope)
+    allowed = torch.ones(S, T, dtype=torch.bool).tril(diagonal=T - S)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    return mla.W_o((weights @ v).transpose(1, 2).reshape(B, S, H * d_head))
+'''
+
+
+def naive_with(up_project, prelude=""):
+    return prelude + _NAIVE.replace("UP_PROJECT", up_project)
+
+
+GAMING = [
+    Gaming("the cache up-projected in NumPy", naive_with(
+        "(lambda c, w: torch.from_numpy(c.detach().numpy() @ w.detach().numpy().T))"),
+        loses=(COUNTED,), says="NumPy"),
+    Gaming("the cache up-projected with element-wise products", naive_with(
+        "(lambda c, w: (c[..., None, :] * w).sum(-1))"),
+        loses=(COUNTED,), says=CAUSES["up_projects"]),
+    Gaming("the cache up-projected with einsum", naive_with(
+        "(lambda c, w: torch.einsum('btl,ol->bto', c, w))"),
+        loses=(COUNTED,), says=CAUSES["up_projects"]),
+    Gaming("the cache up-projected in a thread", naive_with("_in_thread", '''import threading
+
+
+def _in_thread(c, w):
+    found = []
+    thread = threading.Thread(target=lambda: found.append(c @ w.T))
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+'''), loses=(COUNTED,), says="thread"),
 ]

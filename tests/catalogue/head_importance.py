@@ -4,7 +4,7 @@ degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("head_pruning")["head_importance"]
@@ -86,4 +86,22 @@ DEGENERATES = [
     model.eval()
     return torch.full((model.attention.num_heads,), loss_of(model, inputs, targets))
 '''),
+]
+
+
+GATED = ("matches_the_recomputed_importances", "hands_the_model_back")
+GAMING = [
+    Gaming("importances read off the weights (each head's share of W_o), no model run", '''def head_importance(model, inputs, targets):
+    H = model.attention.head_mask.shape[0]
+    weight = model.attention.W_o.weight
+    width = weight.shape[1] // H
+    return torch.stack([weight[:, h * width:(h + 1) * width].norm() for h in range(H)]).detach()
+''', loses=GATED, says="on another batch"),
+    Gaming("the whole model's outputs per head, the mask never touched", '''def head_importance(model, inputs, targets):
+    model.eval()
+    H = model.attention.head_mask.shape[0]
+    with torch.no_grad():
+        logits = model(inputs)
+    return logits.float().mean(dim=(0, 1))[:H] - logits.float().mean()
+''', loses=("matches_the_recomputed_importances", "hands_the_model_back"), says="match no recomputed measurement"),
 ]

@@ -4,7 +4,8 @@ degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from autograder.suites.test_mla import CAUSES
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["mla"]
@@ -34,9 +35,7 @@ MISTAKES = [
             fails=("token_by_token_equals_the_full_forward", "prompt_then_chunks"),
             code=changed("tril(diagonal=T - S)", "tril()")),
     Mistake("the cache never appended to", "never_appended",
-            # a cache that keeps the last piece only does not grow per token either
-            fails=("token_by_token_equals_the_full_forward", "prompt_then_chunks",
-                   "cache_holds_the_latent_and_the_rope_key_only"),
+            fails=("token_by_token_equals_the_full_forward", "prompt_then_chunks"),
             code=changed("            if past:\n", "            if False:\n")),
     Mistake("the up-projected keys and values cached", "cached_keys",
             fails=("cache_holds_the_latent_and_the_rope_key_only",),
@@ -153,4 +152,51 @@ DEGENERATES = [
 '''),
     Degenerate("the input through the value path", _SHELL + '''        return self.W_o(self.W_uv(self.W_dkv(x)))
 '''),
+]
+
+
+def _keys_cached(store, load, imports=""):
+    """The reference with the up-projected keys and values cached instead of the latent, kept by
+    `store` (a statement that keeps k_new, v_new and k_rope) and read back by `load` (an expression of
+    the kept (k, v, k_rope), or None before the first piece)."""
+    return imports + changed(
+        "        if use_cache:\n"
+        "            if past:\n"
+        "                latent = torch.cat([self.cache_latent, latent], dim=1)                  # [B, T, d_latent]\n"
+        "                k_rope = torch.cat([self.cache_rope, k_rope], dim=1)                    # [B, T, d_rope]\n"
+        "            self.cache_latent, self.cache_rope = latent, k_rope\n"
+        "        T = latent.shape[1]\n"
+        "        k = self.W_uk(latent).view(B, T, H, d_head).transpose(1, 2)                     # [B, H, T, d_head]\n"
+        "        v = self.W_uv(latent).view(B, T, H, d_head).transpose(1, 2)                     # [B, H, T, d_head]\n",
+        "        k = self.W_uk(latent).view(B, S, H, d_head).transpose(1, 2)\n"
+        "        v = self.W_uv(latent).view(B, S, H, d_head).transpose(1, 2)\n"
+        "        if use_cache:\n"
+        f"            kept = {load}\n"
+        "            if past and kept is not None:\n"
+        "                k, v = torch.cat([kept[0], k], dim=2), torch.cat([kept[1], v], dim=2)\n"
+        "                k_rope = torch.cat([kept[2], k_rope], dim=1)\n"
+        f"            {store}\n"
+        "            self.cache_latent = latent[:, :0].new_zeros(B, k.shape[2], 0)\n"
+        "        T = k.shape[2]\n",
+        "past = self.cache_latent.shape[1] if use_cache and self.cache_latent is not None else 0",
+        "past = self.cache_latent.shape[1] if use_cache and self.cache_latent is not None else 0")
+
+
+STALE = f"Likely cause: {CAUSES['cached_keys']}"
+GAMING = [
+    Gaming("the up-projected keys and values kept in a global dictionary", _keys_cached(
+        "_KEPT[id(self)] = (k, v, k_rope)", "_KEPT.get(id(self))", "_KEPT = {}\n\n\n"),
+        loses=("cache_holds_the_latent_and_the_rope_key_only",), says=STALE),
+    Gaming("the up-projected keys and values kept as NumPy arrays", _keys_cached(
+        "self.kept = tuple(t.detach().numpy().copy() for t in (k, v, k_rope))",
+        "tuple(torch.from_numpy(a) for a in self.kept) if getattr(self, 'kept', None) else None"),
+        loses=("cache_holds_the_latent_and_the_rope_key_only",), says=STALE),
+    Gaming("the up-projected keys and values kept on the class", _keys_cached(
+        "type(self).kept = (k, v, k_rope)", "getattr(type(self), 'kept', None)"),
+        loses=("cache_holds_the_latent_and_the_rope_key_only",), says=STALE),
+    Gaming("the up-projected keys and values kept in a closure", _keys_cached(
+        "_keep((k, v, k_rope))", "_kept()",
+        "def _box():\n    box = [None]\n\n    def keep(value):\n        box[0] = value\n\n"
+        "    return keep, lambda: box[0]\n\n\n_keep, _kept = _box()\n\n\n"),
+        loses=("cache_holds_the_latent_and_the_rope_key_only",), says=STALE),
 ]

@@ -4,7 +4,7 @@ answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("head_pruning")["pruning_curve"]
@@ -57,4 +57,19 @@ DEGENERATES = [
     Degenerate("a straight line", '''def pruning_curve(model, inputs, targets, order):
     return [0.1 * k for k in range(len(order) + 1)]
 '''),
+]
+
+
+GAMING = [
+    Gaming("a curve read off the weights (the heads' shares of W_o, removed one by one), no model run", '''def pruning_curve(model, inputs, targets, order):
+    H = model.attention.head_mask.shape[0]
+    weight = model.attention.W_o.weight
+    width = weight.shape[1] // H
+    share = [float(weight[:, h * width:(h + 1) * width].norm()) for h in range(H)]
+    losses, gone = [1.0], 0.0
+    for h in order:
+        gone += share[h]
+        losses.append(1.0 + gone)
+    return losses
+''', loses=("matches_the_recomputed_curve", "hands_the_model_back"), says="on another batch"),
 ]
