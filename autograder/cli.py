@@ -9,6 +9,7 @@ from pathlib import Path
 
 from autograder.course import CourseError, load_course
 from autograder.intake import SubmissionError, find_notebooks
+from autograder.sandbox import cgroup
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
 log = logging.getLogger("autograder")
@@ -30,6 +31,7 @@ def _grade(args, course):
         notebooks = {by_name[path.name].name: path}
     else:
         notebooks = {assignment.notebooks[0].name: path}  # any file name will do
+    _warn_without_accounting()
     result = open_grader(course, lambda grader: grader.grade_submission(
         assignment, path.parent, args.student, notebooks=notebooks), assignments=[assignment.id])
     if len(assignment.notebooks) != 1:
@@ -68,6 +70,7 @@ def _gradescope(args, course):
         chosen = choose_notebooks(assignment, args.submission)
         if course.limits.sandbox != "none":
             probe()
+        _warn_without_accounting()
     except SubmissionError as error:
         reason = str(error)
     except SandboxUnavailable as error:  # the instructor's to fix: the student is told no more
@@ -131,6 +134,12 @@ def _shard(text):
     return k, n
 
 
+def _warn_without_accounting():
+    warning = cgroup.fallback_warning()
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def _grade_class(args, course):
     from autograder import classroom, gradebook
     from autograder.layout import Layout
@@ -142,6 +151,7 @@ def _grade_class(args, course):
         course.assignment(assignment)  # an unknown id is an error, not an empty run
     if course.limits.sandbox != "none":
         probe()
+    _warn_without_accounting()
     layout = Layout(args.out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=layout.log, level=logging.INFO, force=True)

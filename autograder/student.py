@@ -196,9 +196,6 @@ class Worker:
         if self.control is not None:
             self.control.close()
             self.control = None
-        if self.accounting is not None:
-            self.accounting.close()
-            self.accounting = None
         if self.process is not None:
             try:
                 os.killpg(self.process.pid, 9)
@@ -206,6 +203,9 @@ class Worker:
                 pass
             self.process.wait()
             self.process = None
+        if self.accounting is not None:
+            self.accounting.close()  # after the worker, whose children leave their cgroups as they die
+            self.accounting = None
         if self.log is not None:
             self.log.close()
             self.log = None

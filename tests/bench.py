@@ -5,10 +5,15 @@ untouched, and the catalogue's realistic mistakes), then grades exactly that fol
 grader, with `nbgrader autograde` (every assignment, in nbgrader's own course folder), and with
 this grader again, and prints seconds per notebook, their ratio and the peak memory (resident
 set of the whole process tree) of each, beside the floor: the time the hidden checks themselves
-took (recorded per notebook by the grader), spread over the cores.  The figures also go to
-bench-results.json (or --json).
+took (recorded per notebook by the grader), spread over the cores.  The newest assignments, whose
+hidden checks measure memory and count work, are also given on their own (nbgrader's seconds are
+its own run of each assignment; this grader's are its wall time shared out by the seconds it
+recorded per notebook).  Then the spread of the measured memory of honest answers: the memory tests
+of the reference and of a correct variant written with einsum, run --spread times each in fresh
+children while another process keeps a core busy.  The figures also go to bench-results.json (or
+--json).
 
-    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--keep DIR]
+    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--spread 20] [--keep DIR]
 """
 
 import argparse
@@ -111,13 +116,82 @@ def nbgrader_course(work):
 
 
 def nbgrader_autograde(course, log):
-    total_seconds, peak = 0.0, 0
+    """(seconds in all, peak memory, seconds per assignment)."""
+    per_assignment, peak = {}, 0
     for assignment in COURSE.assignments:
         seconds, memory = timed([sys.executable, "-m", "nbgrader", "autograde", assignment.id, "--force",
                                  "--log-level=ERROR", "--ExecutePreprocessor.timeout=60"], course, log)
-        total_seconds += seconds
+        per_assignment[assignment.id] = seconds
         peak = max(peak, memory)
-    return total_seconds, peak
+    return sum(per_assignment.values()), peak, per_assignment
+
+
+def recorded_seconds(out):
+    """assignment id -> the seconds this grader recorded for its notebooks (loading and checks)."""
+    found = defaultdict(float)
+    for path in Path(out).glob("results/*/*/grade.json"):
+        record = json.loads(path.read_text())
+        found[path.parent.name] += sum(nb.get("load_seconds", 0.0) + nb.get("suite_seconds", 0.0)
+                                       for nb in record["notebooks"])
+    return found
+
+
+NEWEST = 3  # the assignments given on their own: the last three, whose checks measure memory and count work
+
+
+def newest_assignments(notebooks_per_assignment, theirs, ours_wall, recorded):
+    """[(assignment, nbgrader s/notebook, ours s/notebook, ratio)] for the newest assignments."""
+    total = sum(recorded.values()) or 1.0
+    rows = []
+    for assignment in COURSE.assignments[-NEWEST:]:
+        count = notebooks_per_assignment
+        mine = ours_wall * recorded.get(assignment.id, 0.0) / total / count
+        their = theirs[assignment.id] / count
+        rows.append((assignment.id, round(their, 3), round(mine, 3), round(their / mine, 1) if mine else None))
+    return rows
+
+
+def memory_spread(runs):
+    """The charged memory of honest answers' measured calls, `runs` times each, with a core kept busy."""
+    import statistics
+    from autograder.harness.context import Student
+    from autograder.student import Cell, StudentProcess, Worker
+    from autograder.suites import kit as A
+    from tests.catalogue import VARIANTS
+
+    answers = solution_answers("flash_attention")
+    einsum = next(v.code for v in VARIANTS if v.exercise == "tiled_attention" and "einsum" in v.code)
+    honest = {"reference": answers["tiled_attention"], "einsum variant": einsum}
+    q, k, v, out, lse = A.memory_reference(12)
+    bq, bk, bv, d_out, b_out, b_lse, *_ = A.memory_gradients(20)
+    matrix = A.MEMORY_N * A.MEMORY_N * 4
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    rows = []
+    try:
+        with Worker(COURSE.limits) as worker:
+            worker.start()
+            for name, code in honest.items():
+                cells = [Cell("imports", "import math\nimport torch\n"), Cell("tiled_attention", code),
+                         Cell("tiled_backward", answers["tiled_backward"])]
+                with StudentProcess(worker, cells, COURSE.limits) as process:
+                    student = Student(process)
+                    for function, args, tensors in (
+                            ("flash_attention", (q, k, v, False, A.MEMORY_BLOCK, A.MEMORY_BLOCK), (q, k, v, out, lse)),
+                            ("flash_attention_backward", (bq, bk, bv, b_out, b_lse, d_out, False, A.MEMORY_BLOCK,
+                                                          A.MEMORY_BLOCK), (bq, bk, bv, d_out, b_out, b_lse, bq, bk, bv))):
+                        if function == "flash_attention_backward" and name != "reference":
+                            continue
+                        allowed = A.RUNTIME_BYTES + matrix // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
+                        peaks = [student.call(function, *args, measure_memory=True)["peak_memory"].bytes / 2**20
+                                 for _ in range(runs)]
+                        rows.append({"answer": name, "function": function, "runs": runs, "min_mib": round(min(peaks), 1),
+                                     "median_mib": round(statistics.median(peaks), 1), "max_mib": round(max(peaks), 1),
+                                     "allowed_mib": round(allowed / 2**20, 1), "accounting": worker.accounting.describe()
+                                     if worker.accounting else worker.accounting_problem})
+    finally:
+        busy.kill()
+        busy.wait()
+    return rows
 
 
 def floor_seconds(out):
@@ -159,6 +233,7 @@ def main(argv=None):
     parser.add_argument("--students", type=int, default=34)
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--json", default=str(ROOT / "bench-results.json"))
+    parser.add_argument("--spread", type=int, default=20, help="runs of each honest answer's memory tests")
     parser.add_argument("--keep", default=None, help="build the class here and keep it")
     args = parser.parse_args(argv)
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-"))
@@ -171,7 +246,7 @@ def main(argv=None):
 
     ours_first, ours_first_peak = ours(work, work / "ours-1", args.jobs, log)
     print(f"make grade (1/2):    {ours_first:7.1f} s", flush=True)
-    theirs, theirs_peak = nbgrader_autograde(course, log)
+    theirs, theirs_peak, theirs_per_assignment = nbgrader_autograde(course, log)
     print(f"nbgrader autograde:  {theirs:7.1f} s", flush=True)
     ours_second, ours_second_peak = ours(work, work / "ours-2", args.jobs, log)
     print(f"make grade (2/2):    {ours_second:7.1f} s", flush=True)
@@ -196,6 +271,19 @@ def main(argv=None):
           f"   ({args.jobs} jobs, sandbox {figures['sandbox']})")
     print(f"{'floor (hidden checks)':24}{figures['floor_seconds_per_notebook']:>14.3f}")
     print(f"\nratio: {figures['ratio']}x faster than nbgrader autograde")
+    newest = newest_assignments(args.students, theirs_per_assignment, ours_second, recorded_seconds(work / "ours-2"))
+    figures["newest_assignments"] = [dict(zip(("assignment", "nbgrader_s_per_notebook", "ours_s_per_notebook",
+                                              "ratio"), row)) for row in newest]
+    print(f"\nthe newest {NEWEST} assignments on their own (s / notebook):")
+    for assignment, their, mine, ratio in newest:
+        print(f"  {assignment:20} nbgrader {their:6.3f}   make grade {mine:6.3f}   {ratio}x")
+    if args.spread:
+        figures["memory_spread"] = memory_spread(args.spread)
+        print(f"\nmeasured memory of honest answers, {args.spread} fresh children each, one core kept busy:")
+        for row in figures["memory_spread"]:
+            print(f"  {row['function']:26} {row['answer']:15} min {row['min_mib']:5.1f}  median {row['median_mib']:5.1f}"
+                  f"  max {row['max_mib']:5.1f} MiB   allowed {row['allowed_mib']:.1f} MiB")
+        print(f"  ({figures['memory_spread'][0]['accounting']})")
     seconds, exercises, pairs = integrity_seconds()
     figures["integrity_300_students_seconds"] = round(seconds, 1)
     print(f"integrity report: 300 students x {exercises} exercises compared in {seconds:.1f} s ({pairs} pairs flagged)")

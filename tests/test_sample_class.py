@@ -31,7 +31,7 @@ SCORES = {
     "jon_unstable": (14, 0, 0, 0, 24, 0, 0, 0, 0),
     "kim_mask_bugs": (0, 0, 14, 0, 0, 15, 0, 0, 0),
     "lea_direct_attention": (0, 0, 0, 0, 0, 0, 30, 0, 0),
-    "max_flash_slips": (0, 0, 0, 0, 0, 19, 31, 0, 0),
+    "max_flash_slips": (0, 0, 0, 0, 0, 19, 26, 0, 0),
     "noor_rope_layout": (0, 0, 0, 0, 0, 0, 0, 36, 0),
     "omar_latent_cache": (0, 0, 0, 0, 0, 0, 0, 31, 0),
     "pia_pruning_slips": (0, 0, 0, 0, 0, 0, 0, 0, 6),

@@ -100,7 +100,7 @@ torch.allclose = lambda *a, **k: True
 torch.Tensor.__eq__ = lambda *a: True
 builtins.LEFT_BEHIND = 1
 os.environ['LEFT_BEHIND'] = '1'
-for where in ('.', '/tmp', '/dev/shm'):
+for where in ('.', '/', '/dev', '/tmp', '/dev/shm', '/sandbox'):
     try:
         with open(os.path.join(where, 'left_behind.txt'), 'w') as handle:
             handle.write('x')
@@ -117,7 +117,7 @@ def hog():
     probe = """
 import os, builtins
 def look():
-    files = [name for where in ('.', '/tmp', '/dev/shm') if os.path.isdir(where)
+    files = [name for where in ('.', '/', '/dev', '/tmp', '/dev/shm') if os.path.isdir(where)
              for name in os.listdir(where) if 'left_behind' in name]
     return (torch.allclose(torch.zeros(2), torch.ones(2)), hasattr(builtins, 'LEFT_BEHIND'),
             os.environ.get('LEFT_BEHIND'), files)
@@ -143,3 +143,107 @@ def test_a_calls_memory_is_measured_from_outside_and_the_child_cannot_reset_it(w
         assert student.call("dumpable")["output"] == -1  # refused by the seccomp filter
         with pytest.raises(StudentError, match="PermissionError"):
             student.call("hold_and_reset", 96, measure_memory=True)
+
+
+def test_only_the_scratch_space_is_writable_and_shared_memory_is_capped(worker):
+    """The sandbox's root and /dev are read-only; /dev/shm is a small tmpfs of its own; no anonymous
+    memory file can be made (memfd_create)."""
+    code = """
+import errno, os
+def try_write(path, megabytes=1):
+    try:
+        with open(path, 'wb') as handle:
+            for _ in range(megabytes):
+                handle.write(bytes(1 << 20))
+        return 'written'
+    except OSError as error:
+        return errno.errorcode[error.errno]
+def memfd():
+    try:
+        os.memfd_create('hidden')
+        return 'made'
+    except OSError as error:
+        return errno.errorcode[error.errno]
+"""
+    with submission(worker, code) as student:
+        assert student.call("try_write", "/planted")["output"] == "EROFS"
+        assert student.call("try_write", "/dev/planted")["output"] == "EROFS"
+        assert student.call("try_write", "/dev/shm/small")["output"] == "written"
+        assert student.call("try_write", "/dev/shm/large", 100)["output"] == "ENOSPC"
+        assert student.call("memfd")["output"] == "EPERM"
+
+
+def test_the_kernel_charges_a_child_everything_it_holds(worker):
+    """Each child is in a memory cgroup of its own (this machine, and CI, have one): its hard limit is
+    the course's memory_mb, and a measured call is charged what the child holds at the call's worst
+    moment, from before its first cell ran: a workspace made when a cell ran, memory given back before
+    the call returns, files in the scratch space and in shared memory."""
+    code = """
+import numpy as np
+WORKSPACE = torch.ones(64 << 18)  # 64 MiB, made and touched when the cell runs
+def nothing():
+    return 0.0
+def given_back():
+    x = torch.ones(64 << 18)
+    del x
+    return 0.0
+def in_a_file(where):
+    data = np.memmap(where, dtype=np.float32, mode='w+', shape=(32 << 18,))
+    data[:] = 1.0
+    return float(data[0])
+"""
+    with submission(worker, code) as student:
+        group = student.process.group
+        assert group is not None, worker.accounting_problem
+        assert group.usage() < (1 << 40)
+        limit = worker.accounting.file(group.name, "memory_limit").read_text()
+        assert int(limit) == LIMITS.memory_mb << 20
+        held = student.call("nothing", measure_memory=True)["peak_memory"]
+        assert held.accounting == "cgroup" and held.held_before >= 64 << 20 and held.bytes >= 64 << 20
+        assert student.call("given_back", measure_memory=True)["peak_memory"].bytes >= 128 << 20
+        for where in ("/tmp/work/scores.bin", "/dev/shm/scores"):
+            assert student.call("in_a_file", where, measure_memory=True)["peak_memory"].bytes >= (64 + 32) << 20
+
+
+def test_a_counted_call_runs_alone_and_its_count_cannot_be_switched_off(worker):
+    """During a counted call the child may start no thread (its cgroup's pids.max is 1), a thread
+    already running is reported, NumPy is refused, a counter taken off is reported, and work hidden
+    from it counts nothing (the suites' lower bounds fail it; rules.py flags the code that does it)."""
+    code = """
+import threading, time
+from torch.utils._python_dispatch import _disable_current_modes
+def product(n):
+    x = torch.ones(n, n)
+    return float((x @ x).sum())
+def in_a_thread(n):
+    found = []
+    thread = threading.Thread(target=lambda: found.append(product(n)))
+    thread.start()
+    thread.join()
+    return found[0]
+def hidden(n):
+    with _disable_current_modes():
+        return product(n)
+def popped(n):
+    from torch.utils._python_dispatch import _pop_mode
+    _pop_mode()
+    return product(n)
+def through_numpy(n):
+    return float((torch.ones(n, n).numpy() @ torch.ones(n, n).numpy()).sum())
+def start_a_helper():
+    threading.Thread(target=lambda: time.sleep(30), daemon=True).start()
+    return 0.0
+"""
+    with submission(worker, code) as student:
+        counted = student.call("product", 8, count_flops=True)
+        assert counted["flops"] == 2 * 8 ** 3 and counted["count_intact"] and counted["other_threads"] == 0
+        with pytest.raises(StudentError, match="can't start new thread"):
+            student.call("in_a_thread", 8, count_flops=True)
+        assert student.call("in_a_thread", 8)["output"] == 8 ** 3  # threads are fine outside counted calls
+        assert student.call("hidden", 8, count_flops=True)["flops"] == 0  # below any suite's lower bound
+        assert not student.call("popped", 8, count_flops=True)["count_intact"]
+        with pytest.raises(StudentError, match="NumPy"):
+            student.call("through_numpy", 8, count_flops=True)
+        assert student.call("through_numpy", 8)["output"] == 8 ** 3
+        student.call("start_a_helper")
+        assert student.call("product", 8, count_flops=True)["other_threads"] == 1

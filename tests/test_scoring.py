@@ -57,6 +57,27 @@ def test_a_broken_rule_replaces_every_outcome_of_its_exercise():
     assert sum(t.score for t in result.tests if t.exercise == "mha") == 0
 
 
+def test_code_reaching_into_what_measures_a_point_costs_the_measured_points_only():
+    """absorbed is not from scratch: a notebook whose code reaches into torch's dispatch modes (where the
+    FLOP counter lives) loses absorbed's counted test, and nothing else."""
+    from autograder import rules
+    notebook = COURSE.assignment("latent_attention").notebooks[0]
+    program = type("Program", (), {"written": {"absorbed": "from torch.utils._python_dispatch import _pop_mode\n"}})
+    flag = rules.internals_flag(program, notebook.exercises)
+    assert "torch.utils._python_dispatch" in flag
+    broken = rules.broken_rules(notebook.exercises, type("Student", (), {"builtin_attention_users": set()}), flag)
+    passing = {(exercise.id, test): Outcome(True) for exercise in notebook.exercises for test in exercise.points}
+    result = score_notebook(notebook, passing, [], broken)
+    lost = {(t.exercise, t.test) for t in result.tests if t.score < t.max_score}
+    assert lost == {("absorbed", "test_never_up_projects_the_cache")}
+    assert "reaches into what measures it" in next(t.output for t in result.tests if t.score < t.max_score)
+    for honest in ("from collections import Counter\nlabel = 'counter'\n", "x = torch.einsum('ij,jk->ik', a, b)\n"):
+        assert rules.reaches_into_internals(honest) is None
+    for hostile in ("import counter\n", "torch.utils._python_dispatch._get_current_dispatch_mode()\n",
+                    "from torch.utils.flop_counter import FlopCounterMode\n"):
+        assert rules.reaches_into_internals(hostile) is not None
+
+
 def test_cells_know_what_they_define_even_with_a_syntax_error():
     cell = Cell("mha", "import torch\nclass MultiHeadAttention(nn.Module:\n    x = 1\ndef helper(a):\n"
                        "    pass\nSCALE: float = 2.0\nflag == 3\n")
