@@ -138,7 +138,6 @@ def test_memory_stays_below_one_score_matrix(student):
     grads = [checks.tensor(grad, name) for grad, name in
              zip(checks.pair(reply["output"], "flash_attention_backward(...)", NAMES), NAMES)]
     A.check_measured_values(grads, want, f"flash_attention_backward on the {A.MEMORY_N}-token memory input", NAMES,
-                            lambda index: named_mistakes(*(t.double() for t in (q, k, v, d_out)), None, index,
-                                                         block, block))
+                            lambda index: named_mistakes(q, k, v, d_out, None, index, block, block))
     A.check_memory(reply, "flash_attention_backward", (q, k, v, d_out, out, lse, *grads), "matrix of weights",
                    CAUSES["whole_matrix"])
