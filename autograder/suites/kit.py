@@ -362,22 +362,29 @@ def memory_inputs(count, seed):
 
 @functools.lru_cache(maxsize=None)
 def memory_reference(seed):
-    """(q, k, v, out, lse) of the forward's memory input: the grader's attention, computed once per
-    grading process in float64 and handed out in float32."""
+    """(q, k, v, out, lse) of the forward's memory input: the grader's attention in float32 (the
+    inputs' dtype), computed once per grading process."""
     q, k, v = memory_inputs(3, seed)
-    out, _ = attention(q.double(), k.double(), v.double())
-    return q, k, v, out.float(), logsumexp(q.double(), k.double()).float()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(MEMORY_D)
+    lse = scores.logsumexp(dim=-1)
+    return q, k, v, torch.exp(scores - lse[..., None]) @ v, lse
 
 
 @functools.lru_cache(maxsize=None)
 def memory_gradients(seed):
-    """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, computed once per process."""
+    """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, in float32 and in closed
+    form (dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = dS K / sqrt(d); dK = dS^T Q / sqrt(d)),
+    computed once per grading process."""
     q, k, v, d_out = memory_inputs(4, seed)
-    leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
-    out, _ = attention(*leaves)
-    grads = torch.autograd.grad(out, leaves, d_out.double())
-    lse = logsumexp(leaves[0].detach(), leaves[1].detach())
-    return (q, k, v, d_out, out.detach().float(), lse.float(), *(g.float() for g in grads))
+    scale = 1 / math.sqrt(MEMORY_D)
+    scores = q @ k.transpose(-2, -1) * scale
+    lse = scores.logsumexp(dim=-1)
+    weights = torch.exp(scores.sub_(lse[..., None]))
+    del scores
+    out = weights @ v
+    dv = weights.transpose(-2, -1) @ d_out
+    weights.mul_(d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
+    return q, k, v, d_out, out, lse, weights @ k * scale, weights.transpose(-2, -1) @ q * scale, dv
 
 
 def megabytes(count):

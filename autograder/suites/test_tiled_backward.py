@@ -130,11 +130,16 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 
 @functools.lru_cache(maxsize=None)
-def memory_input_mistakes(index):
-    """The named mistakes' dq, dk or dv on the memory input: the same for every submission, so worked
-    out once per grading process, and only when an answer is wrong there."""
+def memory_input_gradients():
+    """What the named mistakes of the values give on the memory input (not causal, so no_mask is the
+    right answer there): the same for every submission, so worked out once per grading process, and
+    only when an answer is wrong there."""
     q, k, v, d_out, *_ = A.memory_gradients(20)
-    return named_mistakes(q, k, v, d_out, None, index, A.MEMORY_BLOCK, A.MEMORY_BLOCK)
+    return {key: autograd(q, k, v, d_out, None, key, A.MEMORY_BLOCK, A.MEMORY_BLOCK) for key in ("no_delta", "no_scale")}
+
+
+def memory_input_mistakes(index):
+    return A.named(CAUSES, **{key: grads[index] for key, grads in memory_input_gradients().items()})
 
 
 def test_memory_stays_below_one_score_matrix(student):
