@@ -44,6 +44,21 @@ def concentration(weights):
     return float((weights[torch.isfinite(weights)] ** 2).sum())
 
 
+def any_passes(attempts):
+    """The gate on inputs the answer can handle: run each attempt (a function that raises when its
+    check fails) until one passes; when none does, raise the first one's failure.  Used where the
+    statement allows several shapes (any number of leading dimensions): an answer that handles only
+    some of them still computes attention, and loses the tests of the others."""
+    first = None
+    for attempt in attempts:
+        try:
+            attempt()
+            return
+        except Exception as failure:  # noqa: BLE001 - a Feedback or the student's error: try the next shape
+            first = first or failure
+    raise first
+
+
 def attention_function(call, q, k, v):
     """call(q, k, v) -> (output, weights) of the student's attention, on inputs of their choice.
 

@@ -67,9 +67,13 @@ def named_mistakes(q, k, v, mask=None):
 
 
 def test_computes_attention(student):
-    """The gate: 3-D inputs with as many keys as queries, which every attempt handles."""
-    q, k, v = A.qkv((A.B,), sk=A.SQ, seed=40)
-    substance.attention_function(lambda *qkv: sdpa(student, *qkv)[0], q, k, v)
+    """The gate: inputs with as many keys as queries, 3-D first, then 4-D and 2-D (the statement allows
+    any leading dimensions), passed when any of them shows attention: an answer written for 4-D inputs
+    only computes attention, and loses the tests of the other ranks."""
+    substance.any_passes(
+        lambda leading=leading: substance.attention_function(lambda *qkv: sdpa(student, *qkv)[0],
+                                                             *A.qkv(leading, sk=A.SQ, seed=40))
+        for leading in [(A.B,), (A.B, A.H), ()])
 
 
 def test_shapes_with_any_leading_dims(student):

@@ -26,6 +26,11 @@ MISTAKES = [
             code='''def causal_mask(seq_len, device=None):
     return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
 '''),
+    Mistake("a leading batch axis of 1", "leading_axis",
+            fails=("is_boolean_and_square",),
+            code='''def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[None]
+'''),
     Mistake("cut from a fixed 16 x 16 buffer", "fixed_size",
             fails=("allows_keys_up_to_the_query",),
             code='''CAUSAL = torch.ones(16, 16, dtype=torch.bool).tril()

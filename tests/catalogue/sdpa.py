@@ -45,6 +45,13 @@ MISTAKES = [
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
 ''' + SDPA_TAIL)),
+    Mistake("transpose(2, 3) only works for 4-D", "transpose",
+            # it computes attention (the gate passes on 4-D inputs) and loses the tests of other ranks
+            fails=("batching_equals_looping", "matches_reference_solution", "shapes_with_any_leading_dims"),
+            code=_sdpa('''    scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''' + SDPA_TAIL)),
     Mistake("mask applied after the softmax", "mask_after_softmax",
             fails=("masking_equals_dropping_the_keys", "matches_reference_solution",
                    "matches_torch_attention_with_mask"),
