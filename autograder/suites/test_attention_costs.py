@@ -74,8 +74,14 @@ def test_counts_grow_with_the_sequence(student):
 
 
 def test_returns_two_whole_numbers(student):
-    costs(student, 1, 1, 128, 16, torch.float32)
-    costs(student, 1, 1, 128, 16, torch.float32, 32)
+    """The statement says two integers: Python ints (the other tests accept whole floats, so a float
+    costs this point alone)."""
+    for block_q in (None, 32):
+        costs(student, 1, 1, 128, 16, torch.float32, block_q)
+        found = student.call("attention_costs", 1, 1, 128, 16, torch.float32, block_q)["output"]
+        kinds = [type(value).__name__ for value in found]
+        checks.require(all(type(value) is int for value in found),
+                       f"attention_costs returned ({', '.join(kinds)}), not two ints.", CAUSES["pair"])
 
 
 def test_flops(student):

@@ -16,6 +16,7 @@ CAUSES = {
     "train_mode": "the measurements taken in training mode, with dropout on: call model.eval() first",
     "left_masked": A.HANDED_BACK,
     "length": "Return H + 1 losses: the whole model first, then one more head removed at a time.",
+    "list": "Return a list of Python floats (loss_of gives floats: append them; no tensor, no tuple).",
 }
 H = A.PRUNING_HEADS
 
@@ -56,7 +57,14 @@ def test_depends_on_the_model(student, reference):
 
 
 def test_returns_one_loss_per_count(student, reference):
-    curve(student, reference, A.prunable_parameters(reference, 722), A.pruning_data(reference, 723), ORDER)
+    """H + 1 losses, as the statement says: a list of Python floats (the other tests also read a tensor)."""
+    params, data = A.prunable_parameters(reference, 722), A.pruning_data(reference, 723)
+    curve(student, reference, params, data, ORDER)
+    output, _ = A.run_pruning(student, "pruning_curve", params, (*data, list(ORDER)))
+    checks.require(type(output) is list and all(type(value) is float for value in output),
+                   f"pruning_curve returned a {type(output).__name__}"
+                   + (f" of {', '.join(sorted({type(v).__name__ for v in output}))}" if isinstance(output, (list, tuple)) else "")
+                   + ", not a list of floats.", CAUSES["list"])
 
 
 def test_matches_the_recomputed_curve(student, reference):

@@ -14,17 +14,19 @@ CAUSES = {
     "clockwise": "each pair turned by minus the angle (the signs of the sine terms swapped)",
     "frequency": "frequencies base ** (-i / d) instead of base ** (-2i / d) (i counts pairs)",
     "cos_only": "x * cos(angle) without the sine term: that scales each pair, it does not turn it",
+    "base": "the base argument ignored (10000 used whatever base is given)",
     "own_positions": "the positions argument ignored (torch.arange(S) used instead): a token's angle "
                      "comes from its place in the whole sequence, which a cache does not start at 0",
+    "odd": "an odd last dimension d has no pairs to turn: raise ValueError, as the statement says",
     "shape": "x is [..., S, d] and positions [S]: the angles are [S, d/2] and broadcast over the "
              "leading axes.",
 }
 S, D = 9, 8
 
 
-def rope(student, x, positions):
+def rope(student, x, positions, **kwargs):
     with A.crash_hint(CAUSES["shape"]):
-        reply = student.call("apply_rope", x, positions)
+        reply = student.call("apply_rope", x, positions, **kwargs)
     return checks.tensor(reply["output"], "apply_rope(x, positions)")
 
 
@@ -64,6 +66,11 @@ def test_returns_x_shape_and_dtype(student):
     out = rope(student, x, torch.arange(S))
     checks.shape(out, tuple(x.shape), "apply_rope(x, positions) for x [B, H, S, d]")
     checks.dtype(out, torch.float32, "apply_rope on float32 input", "Compute the angles, then cast cos and sin to x.dtype.")
+    float64 = rope(student, x.double(), torch.arange(S))
+    checks.dtype(float64, torch.float64, "apply_rope on float64 input", "Compute the angles, then cast cos and sin "
+                 "to x.dtype (float64 stays float64).")
+    A.expect_value_error(lambda: student.call("apply_rope", A.randn(S, 7, seed=310), torch.arange(S)),
+                         "apply_rope on x with d = 7", CAUSES["odd"])
 
 
 def test_position_zero_is_unchanged(student):
@@ -83,6 +90,10 @@ def test_keeps_the_length_of_each_vector(student):
 def test_matches_the_reference(student):
     compare(student, A.randn(A.B, A.H, S, D, seed=304), torch.arange(S), "apply_rope for positions 0..8, d = 8")
     compare(student, A.randn(A.B, S, 64, seed=305), torch.arange(S), "apply_rope for positions 0..8, d = 64")
+    x = A.randn(A.B, S, D, seed=309)
+    checks.close(rope(student, x, torch.arange(S), base=500.0), A.rope(x, torch.arange(S), base=500.0),
+                 "apply_rope(x, positions, base=500.0)", "Pair i turns by positions * base ** (-2i / d), with the "
+                 "base given.", A.named(CAUSES, base=A.rope(x, torch.arange(S))))
 
 
 def test_positions_are_used_as_given(student):

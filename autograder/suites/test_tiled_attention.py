@@ -28,6 +28,8 @@ CAUSES = {
                "computed: stop the loop over key tiles at the query tile's end.",
     "whole_matrix": "The whole [Sq, Sk] score matrix was held at once: work tile by tile, holding one tile at "
                     "a time.",
+    "in_place": "an in-place operation on an input (q *= scale, q[...] /= ...) changes the caller's tensor: "
+                "scale a copy (q * scale) instead",
     "shapes": "q is [B, H, Sq, d], k [B, H, Sk, d], v [B, H, Sk, d_v]; a tile of scores is "
               "q_tile @ k_tile.transpose(-2, -1).",
 }
@@ -112,7 +114,8 @@ def test_computes_attention(student):
 
 def test_returns_output_and_logsumexp(student):
     q, k, v = inputs(A.SQ, A.SK, seed=2)
-    out, lse, _ = flash(student, q, k, v)
+    out, lse, reply = flash(student, q, k, v, echo_args=True)
+    A.check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "flash_attention", CAUSES["in_place"])
     checks.shape(out, (A.B, A.H, A.SQ, A.D_V), "out", "One output row of width d_v per query.")
     checks.shape(lse, (A.B, A.H, A.SQ), "lse", "One logsumexp per query: [B, H, Sq].")
 

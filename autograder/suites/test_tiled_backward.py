@@ -23,6 +23,8 @@ CAUSES = {
     "no_mask": "no causal mask when the weights are recomputed (key j > query i has weight 0)",
     "whole_matrix": "The whole [Sq, Sk] weight matrix was held at once: work tile by tile, holding one tile at "
                     "a time.",
+    "in_place": "an in-place operation on an input (out.mul_(d_out) for D, q *= scale) changes the caller's "
+                "tensor: work on copies (d_out * out)",
     "shapes": "dq has q's shape, dk k's and dv v's; lse is [B, H, Sq], so lse[..., i0:i1, None] broadcasts over a "
               "tile's keys.",
 }
@@ -108,7 +110,10 @@ def test_computes_gradients(student):
 
 def test_returns_three_gradients(student):
     q, k, v, d_out = inputs(A.SQ, A.SK, seed=2)
-    dq, dk, dv, _ = backward(student, q, k, v, d_out)
+    dq, dk, dv, reply = backward(student, q, k, v, d_out, echo_args=True)
+    out, lse = A.attention(q, k, v)[0], A.logsumexp(q, k)
+    A.check_inputs_unchanged(reply, (q, k, v, out, lse, d_out), ("q", "k", "v", "out", "lse", "d_out"),
+                             "flash_attention_backward", CAUSES["in_place"])
     for grad, source, name in zip((dq, dk, dv), (q, k, v), NAMES):
         checks.shape(grad, source.shape, name, CAUSES["shapes"])
 

@@ -12,6 +12,8 @@ changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [
+    Mistake("floats, not integers", "pair", fails=("returns_two_whole_numbers",),
+            code=changed("return flops, batch * heads * elements * size", "return float(flops), batch * heads * elements * size / 1")),
     Mistake("a multiply-add as one FLOP", "multiply_add", fails=("flops",),
             code=changed("batch * heads * 4 * n * n * d", "batch * heads * 2 * n * n * d")),
     Mistake("elements, not bytes", "elements", fails=("naive_bytes", "tiled_bytes", "tiled_bytes_with_a_partial_tile"),

@@ -12,6 +12,9 @@ changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [
+    Mistake("a tensor of losses, not a list", "list",
+            fails=("returns_one_loss_per_count",),
+            code=changed("    mask.fill_(1.0)\n    return losses\n", "    mask.fill_(1.0)\n    return torch.tensor(losses)\n")),
     Mistake("one head at a time, not cumulative", "one_at_a_time",
             fails=("matches_the_recomputed_curve",),
             code=changed("        losses.append(loss_of(model, inputs, targets))\n",

@@ -12,6 +12,12 @@ changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [
+    Mistake("the base argument ignored", "base",
+            fails=("matches_the_reference",),
+            code=changed("freqs = base ** (", "freqs = 10000.0 ** (")),
+    Mistake("no ValueError for an odd d", "odd",
+            fails=("returns_x_shape_and_dtype",),
+            code=changed("    if d % 2:\n        raise ValueError(f\"apply_rope needs an even last dimension, got {d}\")\n", "")),
     Mistake("the half-split layout (rotate_half)", "half_split",
             fails=("matches_the_reference",),
             code=changed("    even, odd = x[..., 0::2], x[..., 1::2]                                      # [..., S, d/2]\n",

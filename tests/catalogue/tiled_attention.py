@@ -24,6 +24,9 @@ DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
 '''
 
 MISTAKES = [
+    Mistake("each query tile scaled in place (q changed)", "in_place",
+            fails=("returns_output_and_logsumexp",),
+            code=changed("        q_tile = q[:, :, i0:i1] * scale ", "        q_tile = q[:, :, i0:i1]\n        q_tile *= scale")),
     Mistake("the accumulated output not rescaled", "no_rescale",
             fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite",
                    MEMORY, SKIP),
