@@ -1,11 +1,38 @@
 """Scoring: a pure function from what was observed to points.  No process, no files, no pytest."""
 
+import re
+
 from autograder.results import NotebookResult, TestResult
 
 
-NOT_RUN = "Not run: see the error above."
-NOT_COUNTED = "Not counted: see the note at the top of this exercise."
-SAME_AS_GATE = "See the note at the top of this exercise."
+# A test that did not count says why in its own words too (views such as Gradescope's list the tests
+# one by one): these prefixes, then the cause in one line, then where the whole story is.
+NOT_RUN = "Not run:"
+NOT_COUNTED = "Not counted:"
+SAME_AS_GATE = "Not passed:"
+
+
+def _cause_line(message):
+    """The first line of a finding, without the "Your code raised X: " that the note already gives."""
+    line = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    return re.sub(r"^Your code raised \w+: ", "", line)
+
+
+def not_run(affecting):
+    """A test kept from running by a cell that failed: which cell, and how, in one line."""
+    report = affecting[0] if affecting else None
+    if report is None:
+        return f"{NOT_RUN} a cell it needs did not run (see the error above)."
+    where = f"cell {report.label}" if not report.label.isdigit() else f"code cell #{report.label}"
+    last = report.traceback.strip().splitlines()[-1] if report.traceback.strip() else ""
+    how = {"syntax": "has a syntax error", "timeout": "ran out of time"}.get(
+        report.status, f"raised {last.split(':', 1)[0]}" if last else "raised an error")
+    return f"{NOT_RUN} the {where} {how}, so what it defines is missing (see the error above)."
+
+
+def not_counted(gate, same=False):
+    """A test of an answer that failed its exercise's gate: the gate's finding, in one line."""
+    return f"{SAME_AS_GATE if same else NOT_COUNTED} {_cause_line(gate.message)} (see the note at the top of this exercise)"
 
 
 def gate_note(exercise, outcome):
@@ -64,16 +91,16 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
                 message = broken_rules.get(exercise.id) or broken_rules[(exercise.id, test)]
                 results.append(TestResult(exercise.id, test, 0.0, points, message))
             elif capped and test not in exercise.basic:
-                results.append(TestResult(exercise.id, test, 0.0, points, NOT_COUNTED))
+                results.append(TestResult(exercise.id, test, 0.0, points, not_counted(gate)))
             elif capped and outcome is not None and not outcome.passed and outcome.message == gate.message:
-                results.append(TestResult(exercise.id, test, 0.0, points, SAME_AS_GATE))
+                results.append(TestResult(exercise.id, test, 0.0, points, not_counted(gate, same=True)))
             elif outcome is None:
                 results.append(TestResult(exercise.id, test, 0.0, points,
-                                          NOT_RUN if cell_error else "This check did not run."))
+                                          not_run(affecting) if cell_error else "This check did not run."))
             elif outcome.passed:
                 results.append(TestResult(exercise.id, test, points, points))
             elif outcome.missing in undefined or (own_cell_broken and outcome.missing):
-                results.append(TestResult(exercise.id, test, 0.0, points, NOT_RUN))
+                results.append(TestResult(exercise.id, test, 0.0, points, not_run(affecting)))
             else:
                 results.append(TestResult(exercise.id, test, 0.0, points, outcome.message, outcome.picture))
     return NotebookResult(notebook.name, results, notes=notes)

@@ -188,7 +188,7 @@ def test_untouched_release_gets_zero(graded, assignment):
     for test in result["tests"]:
         exercise = test["name"].split(":")[0]
         assert notes[exercise].count("NotImplementedError") == 1, notes[exercise]
-        assert test["output"] in (NOT_RUN, NOT_COUNTED, SAME_AS_GATE), test
+        assert test["output"].startswith((NOT_RUN, NOT_COUNTED, SAME_AS_GATE)), test
 
 
 @pytest.mark.parametrize("case", list(CORRUPT))
@@ -237,7 +237,7 @@ def test_syntax_error_costs_only_what_its_cell_defines(graded):
     assert totals["mha"] == 0
     # the syntax error is reported once, at the top of mha's feedback; its tests say "not run"
     assert "mha: The cell mha has a syntax error" in result["output"]
-    assert all(t["output"] == NOT_RUN for t in result["tests"] if t["name"].startswith("mha"))
+    assert all(t["output"].startswith(NOT_RUN) for t in result["tests"] if t["name"].startswith("mha"))
 
 
 def test_correct_solution_that_prints_and_warns_gets_full_marks(graded):
