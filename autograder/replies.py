@@ -127,6 +127,8 @@ def module(value):
         _gradients(grads, "input_grads")
     _dict(value["attributes"], "attributes")
     _require(type(value["training"]) is bool, "training is not a bool")
+    replaced = value.get("replaced_buffers", [])
+    _require(type(replaced) is list and all(type(name) is str for name in replaced), "replaced_buffers is not a list")
     _require(type(value.get("held_elements")) is int, "held_elements is not an int")
     _count(value)
     return _builtin_flag(value)

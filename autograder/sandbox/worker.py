@@ -348,6 +348,7 @@ def module(request):
     counter = flop_counter(counting)
     with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
+        own_buffers = {name: (buffer, buffer.data_ptr()) for name, buffer in instance.named_buffers()}
         outputs, input_grads = [], []
         step_args = []
         for step in request.get("steps", []):
@@ -382,6 +383,9 @@ def module(request):
         "held_elements": held_elements(instance),
         "parameters": {name: value.detach() for name, value in parameters.items()},
         "buffers": {name: value for name, value in instance.named_buffers()},
+        # buffers the steps replaced by another tensor (or other storage) instead of writing into them
+        "replaced_buffers": [name for name, value in instance.named_buffers() if name in own_buffers
+                             and (value is not own_buffers[name][0] or value.data_ptr() != own_buffers[name][1])],
         "param_grads": param_grads,
         "input_grads": input_grads,
         "attributes": attributes,

@@ -625,6 +625,8 @@ def run_pruning(student, function, params, args, train=True):
     return reply["outputs"][0], reply
 
 
+IN_PLACE_MASK = ("a new head_mask tensor put in the model: change the entries of model.attention.head_mask in "
+                 "place (mask[h] = 0.0, then mask[h] = 1.0); the model's own buffer is the one to write")
 HANDED_BACK = "the model handed back with heads still removed: set every entry of head_mask back to 1"
 
 
@@ -638,10 +640,12 @@ def check_values_before_handing_back(values, expected, what):
 
 
 def check_model_handed_back(reply, what):
-    """After the call every head is back: head_mask is the module's own buffer and all ones."""
+    """After the call every head is back: head_mask is all ones, and still the module's own buffer."""
     mask = reply["buffers"].get("attention.head_mask")
-    checks.require(mask is not None, f"After {what} the model has no head_mask buffer any more.",
-                   "Change the entries of model.attention.head_mask in place; do not replace the buffer.")
+    checks.require(mask is not None, f"After {what} the model has no head_mask buffer any more.", IN_PLACE_MASK)
     checks.require(bool((checks.as_tensor(mask) == 1).all()),
                    f"After {what} the model's head_mask is {checks.as_tensor(mask).tolist()}.",
                    f"Likely cause: {HANDED_BACK}.")
+    checks.require("attention.head_mask" not in reply.get("replaced_buffers", []),
+                   f"After {what} the model's head_mask is another tensor than the one it was handed over with.",
+                   f"Likely cause: {IN_PLACE_MASK}")

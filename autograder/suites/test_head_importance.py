@@ -17,6 +17,7 @@ CAUSES = {
     "raw_loss": "the loss with the head removed, not its increase over the loss of the whole model",
     "train_mode": "the measurements taken in training mode, with dropout on: call model.eval() first",
     "left_masked": A.HANDED_BACK,
+    "new_mask": A.IN_PLACE_MASK,
     "shape": "Return a float tensor [H]: one score per head.",
 }
 H = A.PRUNING_HEADS

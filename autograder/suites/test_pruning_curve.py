@@ -15,6 +15,7 @@ CAUSES = {
     "order_ignored": "the heads removed in the order 0, 1, 2, ... instead of the given order",
     "train_mode": "the measurements taken in training mode, with dropout on: call model.eval() first",
     "left_masked": A.HANDED_BACK,
+    "new_mask": A.IN_PLACE_MASK,
     "length": "Return H + 1 losses: the whole model first, then one more head removed at a time.",
     "list": "Return a list of Python floats (loss_of gives floats: append them; no tensor, no tuple).",
 }

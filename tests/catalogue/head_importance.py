@@ -12,6 +12,13 @@ changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [
+    Mistake("a new mask tensor for each head, not the model's own buffer", "new_mask",
+            fails=("hands_the_model_back",),
+            code=changed("        mask[h] = 0.0                                      # remove head h alone\n",
+                         "        mask = torch.ones_like(mask)\n        mask[h] = 0.0\n"
+                         "        model.attention.head_mask = mask\n",
+                         "        mask[h] = 1.0                                      # and put it back\n",
+                         "        model.attention.head_mask = torch.ones_like(mask)\n")),
     Mistake("each head not put back before the next", "not_restored",
             fails=("matches_the_recomputed_importances",),
             code=changed("        mask[h] = 1.0                                      # and put it back\n", "",
