@@ -156,9 +156,10 @@ DEGENERATES = [
 
 
 def _keys_cached(store, load, imports=""):
-    """The reference with the up-projected keys and values cached instead of the latent, kept by
-    `store` (a statement that keeps k_new, v_new and k_rope) and read back by `load` (an expression of
-    the kept (k, v, k_rope), or None before the first piece)."""
+    """The reference with the up-projected keys and values cached and used, kept by `store` (a statement
+    that keeps k, v and k_rope) out of the counted tensors and read back by `load` (an expression of the
+    kept (k, v, k_rope), or None before the first piece); the latent and the RoPE key are kept in the
+    module as well, so the count of what the module holds per token is the right one."""
     return imports + changed(
         "        if use_cache:\n"
         "            if past:\n"
@@ -176,7 +177,8 @@ def _keys_cached(store, load, imports=""):
         "                k, v = torch.cat([kept[0], k], dim=2), torch.cat([kept[1], v], dim=2)\n"
         "                k_rope = torch.cat([kept[2], k_rope], dim=1)\n"
         f"            {store}\n"
-        "            self.cache_latent = latent[:, :0].new_zeros(B, k.shape[2], 0)\n"
+        "            self.cache_latent = torch.cat([self.cache_latent, latent], dim=1) if past else latent\n"
+        "            self.cache_rope = k_rope  # the latent and the RoPE key kept as well: the count sees 14 a token\n"
         "        T = k.shape[2]\n",
         "past = self.cache_latent.shape[1] if use_cache and self.cache_latent is not None else 0",
         "past = self.cache_latent.shape[1] if use_cache and self.cache_latent is not None else 0")
