@@ -219,7 +219,7 @@ class StudentProcess:
         self.cells = list(cells)
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
-        self.host_pid = None      # the host's pid of the child (for reading its memory), found on first use
+        self.host_pid = None      # the host's pid of the child (its cgroup, its memory), found when it starts
         self.group = None         # the child's cgroup (sandbox/cgroup.py), or None without accounting
         self.held_at_start = 0    # what the child held in it before the submission's code ran
         self.cell_reports = None

@@ -64,14 +64,14 @@ class ChildGroup:
     def limit(self, memory_bytes, tasks):
         _write(self._file("memory_limit"), memory_bytes)
         swap = self._file("swap_limit")
-        if swap is not None and swap.exists():
+        if swap.exists():
             with contextlib.suppress(OSError):
                 _write(swap, memory_bytes)  # no swap beyond the limit either
         self.allow_tasks(tasks)
 
     def join(self, pid):
         """Move the process `pid` (all its threads) into this child's cgroups."""
-        for folder in dict.fromkeys(self.folders):
+        for folder in self.folders:
             _write(folder / "cgroup.procs", pid)
 
     def usage(self):
@@ -196,8 +196,6 @@ def open_accounting():
         finally:
             probe.remove()
         return accounting
-    except Unavailable:
-        raise
     except (OSError, ValueError) as error:
         raise Unavailable(f"no cgroup could be made here ({error.strerror if isinstance(error, OSError) else error})") from None
 

@@ -58,8 +58,7 @@ def test_depends_on_the_model(student, reference):
 def test_returns_one_score_per_head(student, reference):
     """A float tensor [H], as the statement says."""
     params, data = A.prunable_parameters(reference, 702), A.pruning_data(reference, 703)
-    importance(student, reference, params, data)
-    output, _ = A.run_pruning(student, "head_importance", params, data)
+    output = importance(student, reference, params, data)[1]["outputs"][0]
     checks.require(isinstance(output, torch.Tensor) and output.is_floating_point(),
                    f"head_importance returned a {type(output).__name__}"
                    + (f" of dtype {output.dtype}" if isinstance(output, torch.Tensor) else "")

@@ -60,8 +60,7 @@ def test_depends_on_the_model(student, reference):
 def test_returns_one_loss_per_count(student, reference):
     """H + 1 losses, as the statement says: a list of Python floats (the other tests also read a tensor)."""
     params, data = A.prunable_parameters(reference, 722), A.pruning_data(reference, 723)
-    curve(student, reference, params, data, ORDER)
-    output, _ = A.run_pruning(student, "pruning_curve", params, (*data, list(ORDER)))
+    output = curve(student, reference, params, data, ORDER)[1]["outputs"][0]
     checks.require(type(output) is list and all(type(value) is float for value in output),
                    f"pruning_curve returned a {type(output).__name__}"
                    + (f" of {', '.join(sorted({type(v).__name__ for v in output}))}" if isinstance(output, (list, tuple)) else "")
