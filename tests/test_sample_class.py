@@ -14,12 +14,12 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19, 42, 38, 11); 0 where a
+# Scores per student, in the order of ASSIGNMENTS (maxima 18, 16, 22, 34, 25, 19, 43, 38, 11); 0 where a
 # student did not submit an assignment.
 ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache",
                "flash_attention", "latent_attention", "head_pruning")
 SCORES = {
-    "ada_perfect": (18, 16, 22, 34, 25, 19, 42, 38, 11),
+    "ada_perfect": (18, 16, 22, 34, 25, 19, 43, 38, 11),
     "ben_untouched": (0, 0, 0, 0, 0, 0, 0, 0, 0),
     "cara_no_scaling": (0, 12, 22, 34, 0, 0, 0, 0, 0),
     "dev_wrong_axes": (0, 6, 19, 24, 0, 0, 0, 0, 0),

@@ -361,11 +361,13 @@ def memory_inputs(count, seed):
 
 
 @functools.lru_cache(maxsize=None)
-def memory_reference(seed):
+def memory_reference(seed, causal=False):
     """(q, k, v, out, lse) of the forward's memory input: the grader's attention in float32 (the
-    inputs' dtype), computed once per grading process."""
+    inputs' dtype), causal or not, computed once per grading process."""
     q, k, v = memory_inputs(3, seed)
     scores = q @ k.transpose(-2, -1) / math.sqrt(MEMORY_D)
+    if causal:
+        scores.masked_fill_(~tril(MEMORY_N), float("-inf"))
     lse = scores.logsumexp(dim=-1)
     return q, k, v, torch.exp(scores - lse[..., None]) @ v, lse
 
@@ -415,15 +417,15 @@ def check_measured_values(actual, expected, what, names, mistakes_of=None):
                      f"{MEASURED_WRONG} {named}" if named else MEASURED_WRONG)
 
 
-def check_memory(reply, function, tensors, matrix, whole):
-    """A call of `function` on the memory inputs (made with measure_memory=True, blocks of
-    MEMORY_BLOCK, in a fresh child) was charged at most RUNTIME_BYTES, a quarter of one [N, N]
+def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {MEMORY_BLOCK}"):
+    """A call of `function` on the memory inputs (made with measure_memory=True, with `blocks`
+    (as the feedback words them: MEMORY_BLOCK, or the statement's defaults), in a fresh child) was charged at most RUNTIME_BYTES, a quarter of one [N, N]
     float32 `matrix`, and three times `tensors`, the call's inputs and outputs (its window also holds
     the request as it arrives and the reply as it leaves).  With the kernel's accounting the charge
     is everything the child held at the call's worst moment since before the notebook's first line
     ran; `whole` is the hint when the call itself reached the size of that matrix."""
     peak = reply.get("peak_memory")
-    what = f"{function} on {MEMORY_N} queries and {MEMORY_N} keys (d = {MEMORY_D}, float32, blocks of {MEMORY_BLOCK})"
+    what = f"{function} on {MEMORY_N} queries and {MEMORY_N} keys (d = {MEMORY_D}, float32, {blocks})"
     if peak is None:
         raise Feedback(f"The memory of {what} could not be measured (the process stopped during the call).")
     matrix_bytes = MEMORY_N * MEMORY_N * 4

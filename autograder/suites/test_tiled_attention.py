@@ -28,18 +28,24 @@ CAUSES = {
                "computed: stop the loop over key tiles at the query tile's end.",
     "whole_matrix": "The whole [Sq, Sk] score matrix was held at once: work tile by tile, holding one tile at "
                     "a time.",
+    "causal_whole": "The causal path held a whole [Sq, Sk] matrix (a mask built with torch.ones(Sq, Sk).triu(), or "
+                    "the scores masked at once): mask inside each diagonal tile, from the tile's own positions "
+                    "(torch.arange(j0, j1) > torch.arange(i0, i1)[:, None]).",
     "in_place": "an in-place operation on an input (q *= scale, q[...] /= ...) changes the caller's tensor: "
                 "scale a copy (q * scale) instead",
     "shapes": "q is [B, H, Sq, d], k [B, H, Sk, d], v [B, H, Sk, d_v]; a tile of scores is "
               "q_tile @ k_tile.transpose(-2, -1).",
 }
 BLOCK_Q, BLOCK_K = 32, 16
+DEFAULT_BLOCK = 64  # the statement's block_q and block_k
 
 
 def flash(student, q, k, v, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **options):
-    """(out, lse, the reply) of the student's flash_attention."""
+    """(out, lse, the reply) of the student's flash_attention; block_q=None leaves both blocks at the
+    statement's defaults (the call passes q, k, v and causal only)."""
+    blocks = () if block_q is None else (block_q, block_k)
     with A.crash_hint(CAUSES["shapes"]):
-        reply = student.call("flash_attention", q, k, v, causal, block_q, block_k, **options)
+        reply = student.call("flash_attention", q, k, v, causal, *blocks, **options)
     out, lse = checks.pair(reply["output"], "flash_attention(q, k, v)", ("out", "lse"))
     return checks.tensor(out, "out"), checks.tensor(lse, "lse"), reply
 
@@ -185,11 +191,12 @@ def test_large_scores_stay_finite(student):
 
 
 @functools.lru_cache(maxsize=None)
-def memory_input_mistakes(index):
+def memory_input_mistakes(index, causal=False):
     """The named mistakes' out (index 0) or lse (1) on the memory input: the same for every submission,
     so worked out once per grading process, and only when an answer is wrong there."""
-    q, k, v, *_ = A.memory_reference(12)
-    return named_mistakes(q, k, v, False, A.MEMORY_BLOCK, A.MEMORY_BLOCK, index)
+    q, k, v, *_ = A.memory_reference(12, causal)
+    block = DEFAULT_BLOCK if causal else A.MEMORY_BLOCK
+    return named_mistakes(q, k, v, causal, block, block, index)
 
 
 def test_memory_stays_below_one_score_matrix(student):
@@ -200,3 +207,15 @@ def test_memory_stays_below_one_score_matrix(student):
     A.check_measured_values((out, lse), want, f"flash_attention on the {A.MEMORY_N}-token memory input", ("out", "lse"),
                             memory_input_mistakes)
     A.check_memory(reply, "flash_attention", (q, k, v, out, lse), "score matrix", CAUSES["whole_matrix"])
+
+
+def test_causal_memory_stays_below_one_score_matrix(student):
+    """The causal path, measured as the other: flash_attention(q, k, v, causal=True) with the statement's
+    default blocks (64), so a causal path that builds a whole [S, S] mask or score matrix, or defaults
+    that are not the statement's small tiles, shows."""
+    q, k, v, *want = A.memory_reference(12, causal=True)
+    out, lse, reply = flash(student, q, k, v, True, None, measure_memory=True)
+    A.check_measured_values((out, lse), want, f"flash_attention(causal=True) on the {A.MEMORY_N}-token memory input",
+                            ("out", "lse"), functools.partial(memory_input_mistakes, causal=True))
+    A.check_memory(reply, "flash_attention(causal=True)", (q, k, v, out, lse), "score matrix", CAUSES["causal_whole"],
+                   blocks=f"the default blocks of {DEFAULT_BLOCK}")

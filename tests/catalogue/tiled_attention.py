@@ -12,8 +12,10 @@ SOLUTION = solution_answers("flash_attention")["tiled_attention"]
 changed = partial(edited, SOLUTION)
 CAUSAL_VALUES = ("causal", "causal_with_uneven_blocks")
 MEMORY, SKIP = "memory_stays_below_one_score_matrix", "causal_skips_tiles_above_the_diagonal"
+CAUSAL_MEMORY = "causal_memory_stays_below_one_score_matrix"
+MEASURED_MEMORY = (MEMORY, CAUSAL_MEMORY)
 # The memory is measured on a correct answer only (its values come first): a mistake on the long input
-# (4096 tokens, blocks of 256, not causal) costs the memory points too.
+# (4096 tokens; blocks of 256 not causal, the default 64 causal) costs the memory points too.
 
 
 DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
@@ -29,32 +31,39 @@ MISTAKES = [
             code=changed("        q_tile = q[:, :, i0:i1] * scale ", "        q_tile = q[:, :, i0:i1]\n        q_tile *= scale")),
     Mistake("the accumulated output not rescaled", "no_rescale",
             fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite",
-                   MEMORY, SKIP),
+                   *MEASURED_MEMORY, SKIP),
             code=changed("acc = acc * rescale[..., None] + p @ v", "acc = acc + p @ v")),
     Mistake("the logsumexp of the last tile", "lse_last_tile",
-            fails=("logsumexp", MEMORY),
+            fails=("logsumexp", *MEASURED_MEMORY),
             code=changed("            l = l * rescale + p.sum(dim=-1)\n",
                          "            l_tile = p.sum(dim=-1)\n            l = l * rescale + l_tile\n",
                          "m + torch.log(l)", "m + torch.log(l_tile)")),
     Mistake("the logsumexp without the maximum", "lse_no_max",
-            fails=("logsumexp", MEMORY),
+            fails=("logsumexp", *MEASURED_MEMORY),
             code=changed("m + torch.log(l)", "torch.log(l)")),
     Mistake("only whole query tiles", "tail",
             fails=("lengths_the_blocks_do_not_divide", "causal_with_uneven_blocks", SKIP),
             code=changed("for i0 in range(0, Sq, block_q):", "for i0 in range(0, Sq - block_q + 1, block_q):",
                          "torch.empty(B, H, Sq, d_v", "torch.zeros(B, H, Sq, d_v")),
     Mistake("key tiles skipped after the tile's first query", "skip_from_first_query",
-            fails=(*CAUSAL_VALUES, "logsumexp", SKIP),
+            fails=(*CAUSAL_VALUES, "logsumexp", SKIP, CAUSAL_MEMORY),
             code=changed("last_key = min(Sk, i1) if causal else Sk", "last_key = min(Sk, i0 + 1) if causal else Sk")),
     Mistake("no mask inside the diagonal tiles", "no_diagonal_mask",
-            fails=(*CAUSAL_VALUES, "logsumexp", SKIP),
+            fails=(*CAUSAL_VALUES, "logsumexp", SKIP, CAUSAL_MEMORY),
             code=changed("if causal and j1 > i0 + 1:", "if False:")),
     Mistake("every key tile computed, masked", "no_skip",
             fails=("causal_skips_tiles_above_the_diagonal",),
             code=changed("last_key = min(Sk, i1) if causal else Sk", "last_key = Sk")),
     Mistake("the direct computation, one score matrix", "whole_matrix",
-            fails=("memory_stays_below_one_score_matrix", "causal_skips_tiles_above_the_diagonal"),
-            also_named=("no_skip",), code=DIRECT),
+            fails=(*MEASURED_MEMORY, SKIP),
+            also_named=("no_skip", "causal_whole"), code=DIRECT),
+    Mistake("a causal mask built for the whole score matrix", "causal_whole",
+            fails=(CAUSAL_MEMORY,),
+            code=changed("    for i0 in range(0, Sq, block_q):\n",
+                         "    future = torch.triu(torch.ones(Sq, Sk), diagonal=1).bool() if causal else None\n"
+                         "    for i0 in range(0, Sq, block_q):\n",
+                         "                hidden = torch.arange(j0, j1) > torch.arange(i0, i1)[:, None]",
+                         "                hidden = future[i0:i1, j0:j1]")),
 ]
 
 
@@ -130,7 +139,7 @@ DEGENERATES = [
 
 EVERY_TEST = ("returns_output_and_logsumexp", "keeps_float32", "matches_attention", "logsumexp",
               "lengths_the_blocks_do_not_divide", "causal", "causal_with_uneven_blocks", SKIP,
-              "large_scores_stay_finite", MEMORY)
+              "large_scores_stay_finite", *MEASURED_MEMORY)
 
 # The direct computation as a helper, for the answers below that game the measurements around it.
 _DIRECT_INTO = '''def _direct(q, k, v, causal, s):
@@ -147,7 +156,7 @@ GAMING = [
     Gaming("a fast wrong answer on the long input only", changed(
         "    B, H, Sq, d = q.shape\n",
         "    B, H, Sq, d = q.shape\n    if Sq >= 4096:\n        return q.new_zeros(B, H, Sq, v.shape[-1]), q.new_zeros(B, H, Sq)\n"),
-        loses=(MEMORY,), says="must first give the right answer"),
+        loses=MEASURED_MEMORY, says="must first give the right answer"),
     Gaming("a workspace for the score matrix made when the cell runs", _DIRECT_INTO + '''
 _WORKSPACE = torch.zeros(1, 1, 4096, 4096)
 
@@ -158,7 +167,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     else:
         s = q.new_empty(*q.shape[:-1], k.shape[-2])
     return _direct(q, k, v, causal, s)
-''', loses=(MEMORY, SKIP), says="held before the call"),
+''', loses=(*MEASURED_MEMORY, SKIP), says="held before the call"),
     Gaming("the score matrix given back before the call returns", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
@@ -167,7 +176,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     out = torch.exp(s - lse[..., None]) @ v
     del s
     return out, lse
-''', loses=(MEMORY, SKIP), says="held"),
+''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
     Gaming("the score matrix in a file of the scratch space", _DIRECT_INTO + '''import numpy as np
 
 
@@ -177,7 +186,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     if q.dtype == torch.float32:
         s = torch.from_numpy(np.memmap("scores.bin", dtype=np.float32, mode="w+", shape=shape))
     return _direct(q, k, v, causal, s)
-''', loses=(MEMORY, SKIP), says="held"),
+''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
     Gaming("the score matrix in shared memory (/dev/shm)", _DIRECT_INTO + '''import numpy as np
 
 
@@ -187,7 +196,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
         return _direct(q, k, v, causal, q.new_empty(shape))
     s = torch.from_numpy(np.memmap("/dev/shm/scores", dtype=np.float32, mode="w+", shape=shape))
     return _direct(q, k, v, causal, s)
-''', loses=(MEMORY, SKIP), says="held"),
+''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
     Gaming("an anonymous memory file (memfd_create)", '''import os
 
 
@@ -221,7 +230,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     thread.start()
     thread.join()
     return found["out"], found["lse"]
-''', loses=(SKIP, MEMORY), says="thread"),
+''', loses=(SKIP, *MEASURED_MEMORY), says="thread"),
     Gaming("every key tile's scores from element-wise products", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
         "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
@@ -262,5 +271,5 @@ threading.Thread(target=_serve, daemon=True).start()
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     _JOBS.put((q, k, v, causal))
     return _DONE.get()
-''', loses=(SKIP, MEMORY), says="thread"),
+''', loses=(SKIP, *MEASURED_MEMORY), says="thread"),
 ]
