@@ -130,5 +130,7 @@ def module(value):
     replaced = value.get("replaced_buffers", [])
     _require(type(replaced) is list and all(type(name) is str for name in replaced), "replaced_buffers is not a list")
     _require(type(value.get("held_elements")) is int, "held_elements is not an int")
+    held = value.get("held", [])
+    _require(type(held) is list and all(type(tensor) is torch.Tensor for tensor in held), "held is not a list of tensors")
     _count(value)
     return _builtin_flag(value)

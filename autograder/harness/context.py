@@ -45,16 +45,16 @@ class Student:
                              measure_memory)
 
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
-               train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None):
+               train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False):
         """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
         the given attributes and linear layers: see sandbox/worker.py), then run `steps` on it.  The
         reply's "held_elements" counts the numbers the module keeps outside its parameters after the
-        steps (its cache); a step with "count_flops": True has its matrix products' FLOPs counted in
+        steps (its cache), and with held=True its "held" lists those tensors themselves; a step with "count_flops": True has its matrix products' FLOPs counted in
         the reply's "flops", as Student.call(count_flops=True) does."""
         message = {"op": "module", "cls": cls, "stand_in": stand_in, "init_args": list(init_args),
                    "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
                    "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
-                   "attributes": list(attributes), "seed": seed}
+                   "attributes": list(attributes), "seed": seed, "held": held}
         # A hang inside a notebook function that was handed the module is charged to that function.
         functions = [step["function"] for step in steps if step.get("function")]
         return self._request(functions[-1] if functions else cls, message, replies.module)

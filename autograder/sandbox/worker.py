@@ -316,19 +316,18 @@ def describe_module(instance):
                            if not name.startswith("_") and isinstance(value, (int, float, bool, str))}}
 
 
-def held_elements(instance):
-    """How many numbers a module keeps in tensors that are not its parameters (a cache, buffers),
-    wherever in its own attributes or its submodules' it keeps them."""
-    seen, count = set(), 0
+def held_tensors(instance):
+    """The tensors a module keeps that are not its parameters (a cache, buffers), wherever in its own
+    attributes or its submodules' it keeps them, each once."""
+    seen, held = set(), []
 
     def visit(value, depth=0):
-        nonlocal count
         if isinstance(value, torch.nn.Parameter) or depth > 4:
             return
         if isinstance(value, torch.Tensor):
             if id(value) not in seen:
                 seen.add(id(value))
-                count += value.numel()
+                held.append(value)
         elif isinstance(value, (tuple, list)):
             for item in value:
                 visit(item, depth + 1)
@@ -340,7 +339,7 @@ def held_elements(instance):
         for name, value in vars(part).items():
             if name not in ("_parameters", "_modules"):
                 visit(value)
-    return count
+    return held
 
 
 def module(request):
@@ -378,9 +377,12 @@ def module(request):
             param_grads = dict(zip(parameters, flat[position:]))
         attributes = {name: getattr(instance, name) for name in request.get("attributes", [])
                       if isinstance(getattr(instance, name, None), (int, float, bool, str))}
+    held = held_tensors(instance)
     reply = {
         "outputs": outputs,
-        "held_elements": held_elements(instance),
+        "held_elements": sum(tensor.numel() for tensor in held),
+        # what it keeps, by value, when the grader asks (a cache's content, not only its size)
+        "held": [tensor.detach() for tensor in held] if request.get("held") else [],
         "parameters": {name: value.detach() for name, value in parameters.items()},
         "buffers": {name: value for name, value in instance.named_buffers()},
         # buffers the steps replaced by another tensor (or other storage) instead of writing into them

@@ -118,12 +118,13 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 
 
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
-               train=False, grad_outputs=None, functions=(), stand_in=None, count_flops=False):
+               train=False, grad_outputs=None, functions=(), stand_in=None, count_flops=False, held=False):
     """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
     `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("load", {name: value}) to change
     parameters between two calls) and then `functions`
     ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
-    count_flops: the reply's "flops" counts the matrix products of the last function."""
+    count_flops: the reply's "flops" counts the matrix products of the last function; held: the reply's
+    "held" lists the tensors the module keeps outside its parameters."""
     steps = []
     for call in calls:
         if call[0] == "load":  # ("load", {name: value}): new values for parameters between two calls
@@ -138,7 +139,7 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
     try:
         return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
                               steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
-                              grad_outputs=grad_outputs or [[] for _ in steps])
+                              grad_outputs=grad_outputs or [[] for _ in steps], held=held)
     except StudentError as error:
         if error.kind == "AttributeError" and "no parameter named" in error.message:
             raise Feedback(f"{error.message}.", "Keep the parameter names the exercise asks for.") from None
@@ -556,7 +557,7 @@ def mla(params, x, rope_of=rope, *, unrotated_key=False, **switches):
     return mla_attend(params, x, latent, k_rope, positions, rope_of, **switches)
 
 
-def _students_rope(student):
+def students_rope(student):
     """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
     def turn(x, positions):
         return checks.tensor(student.call("apply_rope", x, positions)["output"], "apply_rope")
@@ -571,7 +572,7 @@ def reference_or_own_rope(student, output, reference_of):
     """What an exercise built on apply_rope should give: reference_of(rope) (the grader's RoPE), unless
     `output` equals reference_of(the student's own apply_rope); then the output is right, and a RoPE
     slip is charged to apply_rope alone."""
-    theirs = _students_rope(student)
+    theirs = students_rope(student)
     if theirs is not None and checks.is_close(output, reference_of(theirs)):
         return output
     return reference_of(rope)

@@ -28,16 +28,20 @@ CAUSES = {
     "layout": "W_q gives [B, S, H * d_head] (view as [B, S, H, d_head], heads to dim 1); W_qr gives H RoPE queries "
               "of d_rope; W_kr one RoPE key of d_rope shared by the heads; the latent is [B, S, d_latent].",
     "reset": "reset_cache() must forget everything the cache keeps.",
+    "cached_unturned": "the RoPE key cached before apply_rope (and turned when read): the cache holds each token's "
+                       "turned key, as the statement says and as absorbed_attention reads it; turn it once, at the "
+                       "token's position, before appending it",
 }
 SIZES = A.MLA_SIZES
 D_MODEL, H, D_HEAD, D_LATENT, D_ROPE = SIZES
 T = 9
 
 
-def run(student, params, calls, dtype=torch.float64):
+def run(student, params, calls, dtype=torch.float64, held=False):
     """One MultiHeadLatentAttention with params, the calls run on it; returns (outputs, reply)."""
     with A.crash_hint(CAUSES["layout"]):
-        reply = A.run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls)
+        reply = A.run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls,
+                             held=held)
     return [checks.tensor(output, "MultiHeadLatentAttention(x)") if call[0] == "forward" else output
             for call, output in zip(calls, reply["outputs"])], reply
 
@@ -123,7 +127,8 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
     change.  A cache of latents gives the next tokens what the changed weights give when they were
     there from the start; a cache of up-projected keys and values (wherever it is kept: an attribute,
     a global, a closure) still answers with the old ones.  What it keeps, counted: the tensors the
-    module holds outside its parameters may grow by no more than d_latent + d_rope per token."""
+    module holds outside its parameters may grow by no more than d_latent + d_rope per token.  What it
+    keeps, read: the RoPE key in the cache is the turned one."""
     params, x = A.mla_parameters(seed=440), x_of(441, t=9)
     changed = {name: A.randn(*value.shape, seed=442 + i) * value.std() if name in ("W_uk.weight", "W_uv.weight")
                else value for i, (name, value) in enumerate(params.items())}
@@ -131,13 +136,15 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
     switch = ("load", {name: changed[name] for name in ("W_uk.weight", "W_uv.weight")})
     switched, reply = run(student, params, pieces_of[:2] + [switch] + pieces_of[2:])
     throughout, _ = run(student, changed, pieces_of)
-    prompt_only = run(student, changed, pieces_of[:2])[1]
+    prompt_only = run(student, changed, pieces_of[:2], held=True)[1]
     new = [output for output in switched[3:] if isinstance(output, torch.Tensor)]
     want = [output for output in throughout[2:] if isinstance(output, torch.Tensor)]
     checks.require(len(new) == len(want) == 1, "forward(x_new, use_cache=True) returned no tensor.")
     checks.same(new[0], want[0], "3 new tokens after a 6-token prompt, W_uk and W_uv changed between the two, "
                 "against the same run with the new weights from the start",
                 f"Likely cause: {CAUSES['cached_keys']}: they hold what the old W_uk and W_uv made.")
+    if not checks.is_close(want[0], A.mla(changed, x, unrotated_key=True)[:, 6:]):  # a key never turned is charged once
+        check_rope_key_turned(student, changed, x[:, :6], prompt_only["held"])
     per_token = (reply["held_elements"] - prompt_only["held_elements"]) / (A.B * 3)
     most = D_LATENT + D_ROPE
     if per_token > most:
@@ -148,6 +155,38 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
             f"latent and the RoPE key are d_latent + d_rope = {most}.",
             f"It matches {found}." if found else
             "Keep the latent c (d_latent) and the turned RoPE key (d_rope) of each token, nothing else per token.")
+
+
+def columns(held, batch, tokens, width):
+    """Every [batch, tokens, width] window of the held tensors read as [batch, tokens, -1] (so a cache
+    kept as [B, T, w], [B, 1, T, w] or the latent and the key side by side all show)."""
+    for tensor in held:
+        if tensor.is_floating_point() and tensor.numel() % (batch * tokens) == 0:
+            flat = tensor.reshape(batch, tokens, -1)
+            for start in range(flat.shape[-1] - width + 1):
+                yield flat[..., start:start + width]
+
+
+def check_rope_key_turned(student, params, prompt, held):
+    """The content of the cache, not only its size: after the prompt, a cache that keeps the RoPE key
+    unturned (turning it when read gives the same outputs, but not what absorbed_attention is handed)
+    holds W_kr x where the turned key should be."""
+    positions = torch.arange(prompt.shape[1])
+    unturned = A.mla_cache_entries(params, prompt, positions, unrotated_key=True)[1]
+    windows = list(columns(held, *unturned.shape))
+
+    def holds_turned(rope_of):
+        turned = A.mla_cache_entries(params, prompt, positions, rope_of)[1]
+        return any(checks.is_close(window, turned) for window in windows)
+
+    if holds_turned(A.rope):
+        return
+    theirs = A.students_rope(student)  # a RoPE slip is charged to apply_rope alone
+    if theirs is not None and holds_turned(theirs):
+        return
+    checks.require(not any(checks.is_close(window, unturned) for window in windows),
+                   f"After a {prompt.shape[1]}-token prompt the cache holds the RoPE key W_kr x of each token unturned.",
+                   f"Likely cause: {CAUSES['cached_unturned']}.")
 
 
 def test_reset_starts_a_new_sequence(student):

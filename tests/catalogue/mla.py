@@ -37,6 +37,12 @@ MISTAKES = [
     Mistake("the cache never appended to", "never_appended",
             fails=("token_by_token_equals_the_full_forward", "prompt_then_chunks"),
             code=changed("            if past:\n", "            if False:\n")),
+    Mistake("the RoPE key cached unturned, turned when read", "cached_unturned",
+            fails=("cache_holds_the_latent_and_the_rope_key_only",),
+            code=changed("        k_rope = apply_rope(self.W_kr(x), positions)                                    # [B, S, d_rope]\n",
+                         "        k_rope = self.W_kr(x)                                                           # unturned\n",
+                         "        T = latent.shape[1]\n",
+                         "        T = latent.shape[1]\n        k_rope = apply_rope(k_rope, torch.arange(T))\n")),
     Mistake("the up-projected keys and values cached", "cached_keys",
             fails=("cache_holds_the_latent_and_the_rope_key_only",),
             code=changed("            self.cache_latent, self.cache_rope = latent, k_rope\n",
@@ -84,7 +90,7 @@ VARIANTS = [
         out = torch.einsum("bhst,bthd->bshd", scores.softmax(-1), v)
         return self.W_o(out.flatten(2))
 '''),
-    Variant("the cache as registered buffers, RoPE turned when read", '''class MultiHeadLatentAttention(nn.Module):
+    Variant("the cache as registered buffers", '''class MultiHeadLatentAttention(nn.Module):
     def __init__(self, d_model, num_heads, d_head, d_latent, d_rope):
         super().__init__()
         self.num_heads, self.d_head, self.d_latent, self.d_rope = num_heads, d_head, d_latent, d_rope
@@ -102,7 +108,8 @@ VARIANTS = [
     def forward(self, x, use_cache=False):
         B, S, _ = x.shape
         H = self.num_heads
-        c, kr = self.W_dkv(x), self.W_kr(x)            # the RoPE key is cached unturned here
+        P = self.latents.shape[1] if use_cache and self.latents is not None else 0
+        c, kr = self.W_dkv(x), apply_rope(self.W_kr(x), torch.arange(P, P + S))
         if use_cache and self.latents is not None:
             c, kr = torch.cat([self.latents, c], 1), torch.cat([self.rope_keys, kr], 1)
         if use_cache:
@@ -113,7 +120,7 @@ VARIANTS = [
         qr = apply_rope(self.W_qr(x).reshape(B, S, H, self.d_rope).permute(0, 2, 1, 3), pos_q)
         k = self.W_uk(c).reshape(B, T, H, self.d_head).permute(0, 2, 1, 3)
         v = self.W_uv(c).reshape(B, T, H, self.d_head).permute(0, 2, 1, 3)
-        kr = apply_rope(kr, pos_k)[:, None]
+        kr = kr[:, None]
         scores = (torch.matmul(q, k.transpose(2, 3)) + torch.matmul(qr, kr.transpose(2, 3))) * (self.d_head + self.d_rope) ** -0.5
         future = torch.triu(torch.ones(S, T, dtype=torch.bool), diagonal=T - S + 1)
         weights = torch.softmax(scores.masked_fill(future, -torch.inf), dim=-1)
