@@ -13,15 +13,23 @@ else
 OUT       ?= grading
 DB        ?= sqlite:///$(CURDIR)/gradebook.db
 endif
+# make merge writes where it is told, or into the course's own grading/ and gradebook.db.
+MERGE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),grading)
+MERGE_DB  := $(if $(filter command line environment,$(origin DB)),$(DB),sqlite:///$(CURDIR)/gradebook.db)
 # Optional filters for make grade: STUDENT=glob ASSIGNMENT=id SHARD=K/N JOBS=n FORCE=1
 GRADE_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) \
               $(if $(SHARD),--shard $(SHARD)) $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force)
+
+# make grade-slurm: the filters above, and PARTITION=, ACCOUNT=, TIME=, MEM= (per shard), WAIT=1
+SLURM_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) \
+              $(if $(FORCE),--force) $(if $(PARTITION),--partition $(PARTITION)) $(if $(ACCOUNT),--account $(ACCOUNT)) \
+              $(if $(TIME),--time $(TIME)) $(if $(MEM),--mem $(MEM)) $(if $(WAIT),--wait)
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade report test check exercise release sample-class bench merge student-kit gradescope \
-        push-collect push-post lms clean-demo
+        push-collect push-post lms clean-demo grade-slurm
 
 setup: $(VENV)/.installed sandbox
 
@@ -80,9 +88,17 @@ exercise: setup
 bench: setup
 	$(PYTHON) -m tests.bench
 
-## Combine the output folders of `make grade SHARD=K/N OUT=...` runs: make merge SHARDS="a b" OUT=grading
+## Combine the output folders of `make grade SHARD=K/N OUT=...` runs: make merge SHARDS="a b" [OUT=grading]
+## (into the course's gradebook.db unless DB=... is given, never the sample class's)
 merge: setup
-	$(GRADER) merge $(SHARDS) --out $(OUT) --db $(DB)
+	@test -n "$(SHARDS)" || { echo 'usage: make merge SHARDS="<folder of shard 1> ... <folder of shard N>" [OUT=grading] [DB=...]'; exit 2; }
+	$(GRADER) merge $(SHARDS) --out $(MERGE_OUT) --db $(MERGE_DB)
+
+## Grade on a Slurm cluster, from its login node: an array job of SHARDS shards, JOBS processes each,
+## then a merge that waits for them (WAIT=1 waits and prints how it ended; docs/scale.md).
+grade-slurm: setup
+	$(GRADER) grade-slurm --submitted $(SUBMITTED) --out $(OUT) --db $(DB) --shards $(or $(SHARDS),4) \
+	  --jobs $(or $(JOBS),1) $(SLURM_ARGS)
 
 ## What students receive: student-kit/ and student-kit.zip, the assignments released so far
 ## (course.yml's schedule; AT=2026-10-06T00:00:00Z shows the kit of that day).

@@ -17,6 +17,7 @@ import io
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
@@ -305,6 +306,66 @@ def publish(course, layout, db_url=None):
     writer.writerows(rows)
     write_atomic(layout.wide_csv, buffer.getvalue())
     return results
+
+
+def check_shards(shards):
+    """{submission key: the shard Layout that holds it} for the output folders of one --shard K/N run,
+    all N of them, each finished; CourseError with a one-line reason otherwise (a folder that is no
+    finished shard, shards of different runs, a shard missing or given twice, a submission in two)."""
+    found = {}
+    for shard in shards:
+        finished = shard.finished_shard()
+        if finished is None:
+            raise CourseError(f"{shard.out} is not a finished shard (no {shard.shard_manifest.name}): run its "
+                              "grade-class --shard K/N again (it grades only what is missing)")
+        k, n, keys = finished
+        unrecorded = [key for key in keys if shard.read_record(*key.split("/", 1)) is None]
+        if unrecorded:
+            raise CourseError(f"{shard.out}: shard {k}/{n} lists {unrecorded[0]} but holds no grade for it; "
+                              "run its grade-class --shard again")
+        if (k, n) in found:
+            raise CourseError(f"shard {k}/{n} given twice ({found[k, n][0].out} and {shard.out})")
+        found[k, n] = (shard, keys)
+    splits = sorted({n for _, n in found})
+    if len(splits) != 1:
+        raise CourseError(f"the folders hold shards of different splits ({', '.join(f'{k}/{n}' for k, n in sorted(found))}): "
+                          "merge the shards of one run")
+    n = splits[0]
+    absent = [str(k) for k in range(1, n + 1) if (k, n) not in found]
+    if absent:
+        raise CourseError(f"shard{'s' if len(absent) > 1 else ''} {', '.join(absent)} of {n} missing: "
+                          f"merge all {n} shards of the run")
+    owner = {}
+    for shard, keys in found.values():
+        for key in keys:
+            if key in owner:
+                raise CourseError(f"{key} is in two shards ({owner[key].out} and {shard.out}): merge the shards of one run")
+            owner[key] = shard
+    return owner
+
+
+def merge(course, folders, out, db_url, autograded):
+    """The output folders of one grade-class --shard K/N run (all N) combined into `out`: each
+    submission's results and feedback, the gradebook, grades.csv and the wide export, as one run of
+    the whole class writes them.  Refused, with the reason, unless check_shards accepts the folders."""
+    from autograder import gradebook
+
+    owner = check_shards([Layout(folder) for folder in folders])
+    layout = Layout(out)
+    for key, shard in owner.items():
+        for tree in (shard.results, shard.feedback_root):
+            if (tree / key).is_dir():
+                shutil.copytree(tree / key, layout.out / tree.name / key, dirs_exist_ok=True)
+    results = [result for result in layout.graded() if f"{result.student}/{result.assignment}" in owner]
+    gradebook.prepare(db_url, course, {result.assignment for result in results})
+    recorder = gradebook.Recorder(db_url, course, autograded)
+    try:
+        for result in results:
+            folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
+            recorder.record(result, folder or "/nonexistent")
+    finally:
+        recorder.close()
+    return publish(course, layout, db_url)
 
 
 def changes(before, results):

@@ -1,9 +1,8 @@
-"""Command line: python -m autograder {grade, grade-class, merge, report, release} ..."""
+"""Command line: python -m autograder {grade, grade-class, grade-slurm, merge, report, release} ..."""
 
 import argparse
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -155,8 +154,15 @@ def _grade_class(args, course):
     layout = Layout(args.out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(filename=layout.log, level=logging.INFO, force=True)
+    if args.shard:
+        layout.shard_manifest.unlink(missing_ok=True)  # written again when this run has graded all of its shard
     tasks, pending, strays = classroom.select_tasks(course, submitted, layout, assignments=args.assignment,
                                             students=args.student, shard=args.shard, force=args.force)
+    if not tasks and args.shard and classroom.find_submissions(course, submitted, args.assignment)[0]:
+        layout.results.mkdir(parents=True, exist_ok=True)
+        layout.finish_shard(args.shard, [])
+        print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
+        return 0
     if not tasks:
         raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
                           + (" for the given --student/--assignment/--shard" if
@@ -213,31 +219,48 @@ def _grade_class(args, course):
         print("interrupted: what was graded is saved; run the same command again to grade the rest",
               file=sys.stderr)
         return 130
+    if args.shard and all(layout.read_record(task.student, task.assignment) for task in tasks):
+        layout.finish_shard(args.shard, [task.key for task in tasks])
     return 0
 
 
 def _merge(args, course):
-    from autograder import classroom, gradebook
-    from autograder.layout import Layout
+    from autograder import classroom
+    results = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
+    print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {Path(args.out) / 'grades.csv'}")
+    return 0
 
-    layout = Layout(args.out)
-    for shard in map(Layout, args.shards):
-        if not shard.results.is_dir():
-            raise CourseError(f"{shard.out} holds no results/ (is it a grade-class output folder?)")
-        for tree in (shard.results, shard.feedback_root):
-            if tree.is_dir():
-                shutil.copytree(tree, layout.out / tree.name, dirs_exist_ok=True)
-    results = layout.graded()
-    gradebook.prepare(args.db, course, {result.assignment for result in results})
-    recorder = gradebook.Recorder(args.db, course, args.autograded)
-    try:
-        for result in results:
-            folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
-            recorder.record(result, folder or "/nonexistent")
-    finally:
-        recorder.close()
-    results = classroom.publish(course, layout, args.db)
-    print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {layout.grades_csv}")
+
+def _grade_slurm(args, course):
+    from autograder.scale import slurm
+    submitted = Path(args.submitted)
+    if not submitted.is_dir():
+        raise CourseError(f"no submissions folder at {submitted}")
+    for assignment in args.assignment or []:
+        course.assignment(assignment)
+    plan = slurm.plan(course, submitted=submitted, out=args.out, db=args.db,
+                      autograded=args.autograded or submitted.parent / "autograded", shards=args.shards, jobs=args.jobs,
+                      options={"partition": args.partition, "account": args.account, "time": args.time, "mem": args.mem,
+                               "sbatch_options": args.sbatch_option},
+                      assignments=args.assignment or [], students=args.student or [], force=args.force)
+    array, merge = slurm.submit(plan)
+    print(f"Submitted {plan.shards} shard(s) as Slurm array job {array} (logs: {plan.scripts}/shard-K.log) and "
+          f"the merge as job {merge}, which runs once every shard succeeded.", flush=True)
+    if not args.wait:
+        print(f"Follow them with: squeue -j {array},{merge}   The grades will be in {plan.out / 'grades.csv'}.")
+        return 0
+    outcome = slurm.wait(plan, array, merge, poll=args.poll, say=lambda line: print(line, flush=True))
+    for k, how, log_path in outcome.failed:
+        print(f"shard {k}/{plan.shards} failed ({how}); its log: {log_path}", file=sys.stderr)
+    if outcome.failed:
+        print("The merge did not run. What the shards graded is kept: run the same command again to grade only "
+              "what is missing and merge.", file=sys.stderr)
+        return 1
+    if not outcome.merged:
+        print(f"The merge job {merge} ended {outcome.merge_state}; its log: {plan.merge_log}. Run the same command "
+              "again (every shard is finished, so only the merge has work to do).", file=sys.stderr)
+        return 1
+    print(plan.merge_log.read_text().strip().splitlines()[-1])
     return 0
 
 
@@ -311,6 +334,27 @@ def parser():
     merge.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
     merge.add_argument("--autograded", default="autograded", help="nbgrader's autograded/ folder")
     merge.set_defaults(run=_merge)
+
+    cluster = commands.add_parser("grade-slurm", help="grade-class on a Slurm cluster: an array of shards, then a merge")
+    cluster.add_argument("--submitted", default="submitted")
+    cluster.add_argument("--out", default="grading", help="the merged output folder (shards in <out>/shards/)")
+    cluster.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    cluster.add_argument("--autograded", default=None,
+                         help="nbgrader's autograded/ folder (default: beside the submitted folder)")
+    cluster.add_argument("--shards", type=int, required=True, help="array tasks, one shard of the class each")
+    cluster.add_argument("--jobs", type=int, default=1, help="grading processes (and CPUs) per shard")
+    cluster.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    cluster.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+    cluster.add_argument("--force", action="store_true", help="grade again even what is unchanged")
+    cluster.add_argument("--partition", default="", help="default: course.yml's slurm.partition, or the cluster's")
+    cluster.add_argument("--account", default="", help="default: course.yml's slurm.account")
+    cluster.add_argument("--time", default="", help="time limit per shard (default: slurm.time, or 02:00:00)")
+    cluster.add_argument("--mem", default="", help="memory per shard (default: slurm.mem, or what --jobs need)")
+    cluster.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
+                         help="one more sbatch option for every job, such as --qos=normal (repeatable)")
+    cluster.add_argument("--wait", action="store_true", help="wait for the jobs and print how they ended")
+    cluster.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
+    cluster.set_defaults(run=_grade_slurm)
 
     scope = commands.add_parser("gradescope", help="grade Gradescope's submission folder (run_autograder calls it)")
     scope.add_argument("--assignment", required=True)

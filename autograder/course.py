@@ -94,6 +94,8 @@ class Course:
     limits: Limits = field(default_factory=Limits)
     late_policy: LatePolicy = field(default_factory=LatePolicy)
     github: dict = field(default_factory=dict)  # grading on push: organization, repository_prefix
+    path: Path = None                           # the course.yml this was loaded from
+    slurm: dict = field(default_factory=dict)   # grade-slurm: partition, account, time, mem, sbatch_options
     torch_index_url: str = ""       # Gradescope: an extra index with PyTorch's CPU-only wheels
     released: tuple = None          # course.yml's explicit list of released assignments, if given
 
@@ -175,6 +177,17 @@ def _exercise(raw, where):
     return exercise
 
 
+def _slurm_settings(raw):
+    """course.yml's slurm: section (what grade-slurm asks Slurm for when its options leave it out)."""
+    allowed = {"partition", "account", "time", "mem", "sbatch_options"}
+    if not isinstance(raw, dict) or set(raw) - allowed:
+        raise CourseError(f"slurm: takes {', '.join(sorted(allowed))}")
+    options = raw.get("sbatch_options", [])
+    if not isinstance(options, list) or not all(isinstance(option, str) and option.startswith("--") for option in options):
+        raise CourseError("slurm: sbatch_options must be a list of sbatch options such as --qos=normal")
+    return {**{key: str(value) for key, value in raw.items() if key != "sbatch_options"}, "sbatch_options": options}
+
+
 def load_course(path=None):
     path = Path(path or ROOT / "course.yml")
     try:
@@ -214,6 +227,7 @@ def load_course(path=None):
         released = tuple(released)
     if not isinstance(github, dict) or set(github) - {"organization", "repository_prefix"}:
         raise CourseError("github: takes organization and repository_prefix")
-    return Course(released=released, github={key: str(value) for key, value in github.items()}, name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
+    return Course(released=released, github={key: str(value) for key, value in github.items()},
+                  path=path, slurm=_slurm_settings(raw.get("slurm") or {}), name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
                   limits=default_limits, late_policy=late_policy,
                   torch_index_url=str(gradescope.get("torch_index_url") or ""))

@@ -8,6 +8,7 @@
     <out>/feedback/<student>/<assignment>/feedback.md   what the student reads
     <out>/feedback/<student>/<assignment>/feedback.html the same, with pictures of attention weights
     <out>/report/                                  make report's item analysis
+    <out>/shard.json                               a --shard K/N run that finished: which shard, and its submissions
 """
 
 import json
@@ -26,6 +27,7 @@ class Layout:
         self.report = self.out / "report"
         self.results = self.out / "results"
         self.feedback_root = self.out / "feedback"
+        self.shard_manifest = self.out / "shard.json"
 
     def record_path(self, student, assignment):
         return self.results / student / assignment / "grade.json"
@@ -71,6 +73,20 @@ class Layout:
             except (OSError, ValueError):
                 continue  # a record cut short by a crash: that submission is graded again
         return found
+
+    def finish_shard(self, shard, keys):
+        """Mark a --shard K/N run as finished, with the submissions (student/assignment) it holds."""
+        k, n = shard
+        write_atomic(self.shard_manifest, json.dumps({"shard": [k, n], "submissions": sorted(keys)}, indent=1))
+
+    def finished_shard(self):
+        """(k, n, submissions) of a finished --shard run, or None (not finished, or not a shard)."""
+        try:
+            found = json.loads(self.shard_manifest.read_text())
+            k, n = found["shard"]
+            return int(k), int(n), list(found["submissions"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def graded(self):
         """SubmissionResult for every stored record."""

@@ -1,0 +1,180 @@
+"""grade-slurm on a live one-node Slurm cluster (tests/slurm_cluster.py), and the shard path under it.
+
+A part of the sample class (six students' masks: one of the four shards holds none of them) is graded
+through Slurm as an array of shards and a merge, and compared, file by file, with one grade-class of
+the same part on this machine: grades.csv, the wide export, every feedback file and the gradebook.
+"""
+
+import csv
+import filecmp
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.classroom import in_shard, Task
+from tests.conftest import run_grader
+from tests.notebooks import ROOT
+from tests.sample_class import SUBMITTED
+from tests import slurm_cluster
+
+STUDENTS = ("ada_perfect", "ben_untouched", "cara_no_scaling", "dev_wrong_axes", "hal_corrupt", "kim_mask_bugs")
+PART = [arg for student in STUDENTS for arg in ("--student", student)] + ["--assignment", "masks"]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The environment of a running cluster: this machine's own, started for these tests."""
+    reason = slurm_cluster.why_not()
+    if reason:
+        pytest.skip(f"no Slurm cluster can be started here: {reason}")
+    with slurm_cluster.cluster() as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def one_machine(tmp_path_factory):
+    """The same part of the class graded by grade-class on this machine: the result to equal."""
+    out = tmp_path_factory.mktemp("one-machine")
+    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", out / "out", "--db",
+                         f"sqlite:///{out / 'gradebook.db'}", "--autograded", out / "autograded", *PART)
+    assert process.returncode == 0, process.stderr
+    return out
+
+
+def grade_slurm(folder, env, *extra, shards=4, wait=True, popen=False):
+    args = [sys.executable, "-m", "autograder", "grade-slurm", "--submitted", str(SUBMITTED), "--out",
+            str(folder / "out"), "--db", f"sqlite:///{folder / 'gradebook.db'}", "--autograded",
+            str(folder / "autograded"), "--shards", str(shards), "--poll", "0.5", *PART, *extra]
+    args += ["--wait"] if wait else []
+    if popen:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def gradebook_scores(db):
+    with Gradebook(db) as gradebook:
+        return {(submission.student.id, submission.assignment.name): (submission.score, submission.max_score)
+                for assignment in gradebook.assignments for submission in assignment.submissions}
+
+
+def assert_same_as_one_machine(folder, one_machine):
+    ours, theirs = folder / "out", one_machine / "out"
+    for name in ("grades.csv", "grades_wide.csv"):
+        assert (ours / name).read_text() == (theirs / name).read_text(), name
+    compared = filecmp.dircmp(ours / "feedback", theirs / "feedback")
+    files = sorted(p.relative_to(theirs / "feedback") for p in (theirs / "feedback").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(ours / "feedback") for p in (ours / "feedback").rglob("*") if p.is_file())
+    for path in files:
+        assert (ours / "feedback" / path).read_bytes() == (theirs / "feedback" / path).read_bytes(), path
+    assert compared.left_only == compared.right_only == []
+    assert gradebook_scores(f"sqlite:///{folder / 'gradebook.db'}") == \
+        gradebook_scores(f"sqlite:///{one_machine / 'gradebook.db'}")
+    with open(ours / "grades.csv") as handle:
+        assert {row["student"] for row in csv.DictReader(handle)} == set(STUDENTS)
+
+
+def test_an_array_of_shards_then_a_merge_equals_one_machine(slurm, one_machine, tmp_path):
+    assert not any(in_shard(Task(student, "masks", ""), (1, 4)) for student in STUDENTS)  # an empty shard
+    process = grade_slurm(tmp_path, slurm)
+    assert process.returncode == 0, process.stderr
+    assert re.search(r"Submitted 4 shard\(s\) as Slurm array job \d+ .* merge as job \d+", process.stdout)
+    assert "shard 1/4 finished: 0 submission(s)" in process.stdout
+    assert "Merged 4 shard(s): 6 submissions" in process.stdout
+    assert "nothing to grade" in (tmp_path / "out" / "slurm" / "shard-1.log").read_text()
+    assert_same_as_one_machine(tmp_path, one_machine)
+
+
+def records(folder):
+    return sorted(path.parent.relative_to(folder / "results") for path in (folder / "results").glob("*/*/grade.json"))
+
+
+def test_a_killed_shard_fails_the_run_loudly_and_the_same_command_resumes_it(slurm, one_machine, tmp_path):
+    waiting = grade_slurm(tmp_path, slurm, shards=2, popen=True)
+    array = re.search(r"array job (\d+)", waiting.stdout.readline()).group(1)
+    shard = tmp_path / "out" / "shards" / "shard-2"   # ada, dev, hal and kim: killed after its first grade
+    deadline = time.monotonic() + 300
+    while not (shard / "results").is_dir() or not records(shard):
+        assert time.monotonic() < deadline and waiting.poll() is None, waiting.communicate()
+        time.sleep(0.1)
+    subprocess.run(["scancel", f"{array}_2"], env=slurm, check=True)
+    stdout, stderr = waiting.communicate(timeout=300)
+    assert waiting.returncode == 1, stdout + stderr
+    log = tmp_path / "out" / "slurm" / "shard-2.log"
+    assert f"shard 2/2 failed (CANCELLED" in stderr and str(log) in stderr
+    assert "The merge did not run" in stderr and "run the same command again" in stderr
+    assert not (tmp_path / "out" / "grades.csv").exists() and not (shard / "shard.json").exists()
+    kept = records(shard)
+    assert 1 <= len(kept) <= 4
+
+    process = grade_slurm(tmp_path, slurm, shards=2)
+    assert process.returncode == 0, process.stderr
+    assert f"{4 - len(kept)} to grade" in log.read_text().splitlines()[0]  # only what was missing
+    assert "0 to grade" in (tmp_path / "out" / "slurm" / "shard-1.log").read_text().splitlines()[0]
+    assert_same_as_one_machine(tmp_path, one_machine)
+
+
+def test_a_job_sbatch_refuses_gets_one_line(slurm, tmp_path):
+    process = grade_slurm(tmp_path, slurm, "--partition", "no_such_partition")
+    assert process.returncode == 2
+    assert process.stderr.strip() == "error: sbatch refused: sbatch: error: Batch job submission failed: " \
+                                     "Invalid partition name specified"
+    assert subprocess.run(["squeue", "-h"], env=slurm, capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_without_sbatch_the_command_says_where_to_run_it(tmp_path):
+    process = run_grader("grade-slurm", "--submitted", SUBMITTED, "--out", tmp_path / "out", "--shards", "2",
+                         env={"PATH": str(Path(sys.executable).parent)})
+    assert process.returncode == 2
+    assert process.stderr.strip() == "error: sbatch is not on PATH: run this on a Slurm login node " \
+                                     "(or use make grade on one machine)"
+
+
+# -- the shard path itself: what a scheduler's tasks run --------------------------------------------
+
+def shard_run(tmp_path, k, n, *part):
+    out = tmp_path / f"shard-{k}"
+    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", out, "--db",
+                         f"sqlite:///{out / 'gradebook.db'}", "--autograded", out / "autograded",
+                         "--shard", f"{k}/{n}", "--jobs", "1", *part)
+    assert process.returncode == 0, process.stderr
+    return out, process
+
+
+def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(tmp_path):
+    part = ["--student", "ada_perfect", "--assignment", "masks"]  # in shard 4 of 4: the three others are empty
+    outs = [shard_run(tmp_path, k, 4, *part) for k in (1, 2, 3, 4)]
+    for out, process in outs[:3]:
+        assert process.stdout.strip() == f"Shard {out.name[-1]}/4 holds none of the class's submissions: nothing to grade."
+    assert "Shard 1/4 holds none of the class's submissions: nothing to grade." in outs[0][1].stdout
+    assert json.loads((outs[0][0] / "shard.json").read_text()) == {"shard": [1, 4], "submissions": []}
+    folders = [out for out, _ in outs]
+
+    def merge(*shards):
+        return run_grader("merge", *shards, "--out", tmp_path / "merged", "--db",
+                          f"sqlite:///{tmp_path / 'merged.db'}", "--autograded", tmp_path / "autograded")
+    refused = {
+        "error: shard 2 of 4 missing: merge all 4 shards of the run": merge(folders[0], *folders[2:]),
+        f"error: shard 3/4 given twice ({folders[2]} and {folders[2]})": merge(*folders, folders[2]),
+        f"error: {tmp_path} is not a finished shard (no shard.json): run its grade-class --shard K/N again "
+        "(it grades only what is missing)": merge(*folders, tmp_path),
+    }
+    for line, process in refused.items():
+        assert (process.returncode, process.stderr.strip()) == (2, line)
+    assert not (tmp_path / "merged").exists()
+    shutil.copytree(folders[3] / "results" / "ada_perfect", folders[1] / "results" / "ada_perfect")  # shard 4's
+    (folders[1] / "shard.json").write_text(json.dumps({"shard": [2, 4], "submissions": ["ada_perfect/masks"]}))
+    overlapping = merge(*folders)
+    assert (overlapping.returncode, overlapping.stderr.strip()) == \
+        (2, f"error: ada_perfect/masks is in two shards ({folders[1]} and {folders[3]}): merge the shards of one run")
+    (folders[1] / "shard.json").write_text(json.dumps({"shard": [2, 4], "submissions": []}))
+    process = merge(*folders)
+    assert process.returncode == 0, process.stderr
+    with open(tmp_path / "merged" / "grades.csv") as handle:
+        assert [row["student"] for row in csv.DictReader(handle)] == ["ada_perfect"]
