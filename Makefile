@@ -29,7 +29,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade report test check exercise release sample-class bench merge student-kit gradescope \
-        push-collect push-post lms clean-demo grade-slurm
+        push-collect push-post lms clean-demo grade-slurm k8s-manifests
 
 setup: $(VENV)/.installed sandbox
 
@@ -87,6 +87,12 @@ exercise: setup
 ## Grade a class of every assignment (306 notebooks) with nbgrader autograde and with make grade, side by side.
 bench: setup
 	$(PYTHON) -m tests.bench
+
+## Kubernetes Jobs for the same shards: make k8s-manifests SHARDS=8 IMAGE=... CLAIM=<volume claim> (docs/scale.md)
+k8s-manifests: setup
+	@test -n "$(IMAGE)" -a -n "$(CLAIM)" || { echo "usage: make k8s-manifests SHARDS=8 IMAGE=<image> CLAIM=<PersistentVolumeClaim> [JOBS=1]"; exit 2; }
+	$(GRADER) k8s-manifests --shards $(or $(SHARDS),4) --jobs $(or $(JOBS),1) --image $(IMAGE) --claim $(CLAIM) \
+	  $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(STUDENT),--student '$(STUDENT)')
 
 ## Combine the output folders of `make grade SHARD=K/N OUT=...` runs: make merge SHARDS="a b" [OUT=grading]
 ## (into the course's gradebook.db unless DB=... is given, never the sample class's)

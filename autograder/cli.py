@@ -264,6 +264,23 @@ def _grade_slurm(args, course):
     return 0
 
 
+def _k8s_manifests(args, course):
+    from autograder.scale import kubernetes
+    shards, merge = kubernetes.manifests(
+        name=args.name, shards=args.shards, image=args.image, claim=args.claim, parallelism=args.parallelism,
+        jobs=args.jobs, memory=args.memory, submitted=args.submitted, out=args.out,
+        selection=[arg for option in ("assignment", "student") for value in getattr(args, option) or []
+                   for arg in (f"--{option}", value)])
+    first = Path(args.output)
+    second = first.with_name(f"{first.stem}-merge{first.suffix}")
+    first.write_text(kubernetes.to_yaml(shards))
+    second.write_text(kubernetes.to_yaml(merge))
+    print(f"Wrote {first} (the shards, and no network for them) and {second} (the merge). Run:\n"
+          f"  kubectl apply -f {first} && kubectl wait --for=condition=complete job/{args.name} --timeout=6h "
+          f"&& kubectl apply -f {second}")
+    return 0
+
+
 def _export_lms(args, course):
     from autograder import classroom, lms
     from autograder.layout import Layout
@@ -355,6 +372,21 @@ def parser():
     cluster.add_argument("--wait", action="store_true", help="wait for the jobs and print how they ended")
     cluster.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
     cluster.set_defaults(run=_grade_slurm)
+
+    pods = commands.add_parser("k8s-manifests", help="Kubernetes Jobs that grade the same shards (an Indexed Job, a merge)")
+    pods.add_argument("--shards", type=int, required=True)
+    pods.add_argument("--image", required=True, help="an image with the course's Python, bubblewrap and git")
+    pods.add_argument("--claim", required=True, help="the PersistentVolumeClaim holding the course checkout")
+    pods.add_argument("--name", default="grade", help="the Job's name (the merge is <name>-merge)")
+    pods.add_argument("--parallelism", type=int, default=None, help="pods at once (default: all shards)")
+    pods.add_argument("--jobs", type=int, default=1, help="grading processes (and CPUs) per pod")
+    pods.add_argument("--memory", default="6Gi", help="memory per pod")
+    pods.add_argument("--submitted", default="submitted", help="relative to the checkout")
+    pods.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    pods.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+    pods.add_argument("--out", default="grading", help="relative to the checkout")
+    pods.add_argument("--output", default="grading-k8s.yaml", help="the shards' file (the merge's: <name>-merge.yaml)")
+    pods.set_defaults(run=_k8s_manifests)
 
     scope = commands.add_parser("gradescope", help="grade Gradescope's submission folder (run_autograder calls it)")
     scope.add_argument("--assignment", required=True)

@@ -11,9 +11,10 @@ its own run of each assignment; this grader's are its wall time shared out by th
 recorded per notebook).  Then the spread of the measured memory of honest answers: the memory tests
 of the reference and of a correct variant written with einsum, run --spread times each in fresh
 children while another process keeps a core busy.  The figures also go to bench-results.json (or
---json).
+--json).  Last, the sample class through a one-node Slurm cluster started on this machine, with 1, 2
+and 4 shards, beside one machine (--only-slurm: that part alone).
 
-    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--spread 20] [--keep DIR]
+    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--spread 20] [--keep DIR] [--only-slurm]
 """
 
 import argparse
@@ -228,6 +229,49 @@ def integrity_seconds(students=300):
     return time.perf_counter() - started, len(answers), len(pairs)
 
 
+def slurm_runs(work, shard_counts=(1, 2, 4)):
+    """The sample class graded on this machine (grade-class, one job per core) and through a one-node
+    Slurm cluster started here (tests/slurm_cluster.py) with 1, 2 and 4 shards (grade-slurm --wait, the
+    cores shared out among the shards); and a run whose one submission leaves the other shards empty: what a shard costs
+    on its own (Slurm starting the task, Python, torch and the sandbox check).  None where no cluster
+    can be started (not root, slurm-wlm or munge missing)."""
+    from tests import slurm_cluster
+    from tests.sample_class import SUBMITTED
+    if slurm_cluster.why_not():
+        return None
+
+    def run(name, *args, env=None):
+        started = time.perf_counter()
+        process = subprocess.run([sys.executable, "-m", "autograder", *args, "--submitted", str(SUBMITTED),
+                                  "--out", str(work / name), "--db", f"sqlite:///{work / name}.db",
+                                  "--autograded", str(work / f"{name}-autograded")],
+                                 cwd=ROOT, env=env, capture_output=True, text=True)
+        if process.returncode != 0:
+            raise RuntimeError(f"{name}: {process.stderr.strip()}")
+        return round(time.perf_counter() - started, 1)
+
+    figures = {"one_machine_seconds": run("one-machine", "grade-class")}
+    with slurm_cluster.cluster() as env:
+        for count in shard_counts:
+            figures[f"slurm_{count}_shards_seconds"] = run(f"slurm-{count}", "grade-slurm", "--shards", str(count),
+                                                           "--jobs", str(max(1, os.cpu_count() // count)),
+                                                           "--wait", "--poll", "0.5", env=env)
+        figures["slurm_shard_overhead_seconds"] = round(run(
+            "slurm-overhead", "grade-slurm", "--shards", "4", "--wait", "--poll", "0.5", "--student", "ada_perfect",
+            "--assignment", "masks", env=env) / 2, 1)   # 4 shards on 2 cores: two rounds of tasks
+    return figures
+
+
+def print_slurm(figures):
+    if figures is None:
+        print("sample class through Slurm: skipped (no one-node cluster can be started here)")
+        return
+    shards = "   ".join(f"{key.split('_')[1]} shard(s) {value:.1f} s" for key, value in figures.items()
+                       if key.startswith("slurm_") and key.endswith("shards_seconds"))
+    print(f"sample class through Slurm (one node, 2 cores): one machine {figures['one_machine_seconds']:.1f} s   "
+          f"{shards}   one shard's own cost {figures['slurm_shard_overhead_seconds']:.1f} s")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=34)
@@ -235,9 +279,13 @@ def main(argv=None):
     parser.add_argument("--json", default=str(ROOT / "bench-results.json"))
     parser.add_argument("--spread", type=int, default=20, help="runs of each honest answer's memory tests")
     parser.add_argument("--keep", default=None, help="build the class here and keep it")
+    parser.add_argument("--only-slurm", action="store_true", help="only the sample class through Slurm")
     args = parser.parse_args(argv)
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.only_slurm:
+        print_slurm(slurm_runs(work))
+        return 0
     log = work / "bench.log"
     notebooks = build_class(work / "submitted", args.students)
     print(f"class: {notebooks} notebooks ({args.students} students x {len(COURSE.assignments)} assignments) "
@@ -287,6 +335,8 @@ def main(argv=None):
     seconds, exercises, pairs = integrity_seconds()
     figures["integrity_300_students_seconds"] = round(seconds, 1)
     print(f"integrity report: 300 students x {exercises} exercises compared in {seconds:.1f} s ({pairs} pairs flagged)")
+    figures["slurm"] = slurm_runs(work / "slurm")
+    print_slurm(figures["slurm"])
     Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     print(f"figures: {args.json}")
     if not args.keep:

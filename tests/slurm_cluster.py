@@ -114,9 +114,10 @@ def cluster():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped like Ctrl-C, cluster and all
     with cluster() as environment:
         print(f"export SLURM_CONF={environment['SLURM_CONF']}   (Ctrl-C stops the cluster)", flush=True)
         try:
             signal.pause()
         except KeyboardInterrupt:
-            sys.exit(0)
+            pass

@@ -1,4 +1,5 @@
-"""grade-slurm on a live one-node Slurm cluster (tests/slurm_cluster.py), and the shard path under it.
+"""Grading past one machine: grade-slurm on a live one-node Slurm cluster (tests/slurm_cluster.py),
+Kubernetes' Indexed Job as k8s-manifests writes it, and the shard path under both.
 
 A part of the sample class (six students' masks: one of the four shards holds none of them) is graded
 through Slurm as an array of shards and a merge, and compared, file by file, with one grade-class of
@@ -8,6 +9,7 @@ the same part on this machine: grades.csv, the wide export, every feedback file 
 import csv
 import filecmp
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -16,9 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from nbgrader.api import Gradebook
 
-from autograder.classroom import in_shard, Task
+from autograder.classroom import Task, in_shard
+from autograder.scale import kubernetes
 from tests.conftest import run_grader
 from tests.notebooks import ROOT
 from tests.sample_class import SUBMITTED
@@ -136,25 +140,57 @@ def test_without_sbatch_the_command_says_where_to_run_it(tmp_path):
                                      "(or use make grade on one machine)"
 
 
-# -- the shard path itself: what a scheduler's tasks run --------------------------------------------
+# -- the shard path itself, as Kubernetes' pods run it -----------------------------------------------
 
-def shard_run(tmp_path, k, n, *part):
-    out = tmp_path / f"shard-{k}"
-    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", out, "--db",
-                         f"sqlite:///{out / 'gradebook.db'}", "--autograded", out / "autograded",
-                         "--shard", f"{k}/{n}", "--jobs", "1", *part)
+@pytest.fixture(scope="module")
+def pod_shards(tmp_path_factory):
+    """ada_perfect's masks graded by the four pods of the Indexed Job k8s-manifests writes, each
+    command run by a shell as the pod's container runs it (JOB_COMPLETION_INDEX 0 to 3): shards 1
+    to 3 hold nothing.  ([the Job, the NetworkPolicy], [the merge Job], the shard folders, stdouts)."""
+    folder = tmp_path_factory.mktemp("pods")
+    shards, merge = kubernetes.manifests(name="grade", shards=4, image="course:1", claim="course", mount=str(ROOT),
+                                         submitted=str(SUBMITTED), out=str(folder / "out"),
+                                         gradebook=str(folder / "gradebook.db"), autograded=str(folder / "autograded"),
+                                         selection=["--assignment", "masks", "--student", "ada_perfect"])
+    assert list(yaml.safe_load_all(kubernetes.to_yaml(shards + merge))) == shards + merge
+    command = shards[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    stdouts = []
+    for index in range(4):
+        process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                                 env={**os.environ, "JOB_COMPLETION_INDEX": str(index)})
+        assert process.returncode == 0, process.stderr
+        stdouts.append(process.stdout)
+    return shards, merge, [folder / "out" / "shards" / f"shard-{k}" for k in (1, 2, 3, 4)], stdouts
+
+
+def test_kubernetes_manifests_grade_the_same_shards(pod_shards):
+    (job, policy), (merge,), folders, _ = pod_shards
+    assert (job["kind"], job["spec"]["completionMode"], job["spec"]["completions"]) == ("Job", "Indexed", 4)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "course"
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(ROOT) == pod["containers"][0]["workingDir"]
+    assert (policy["kind"], policy["spec"]["ingress"], policy["spec"]["egress"]) == ("NetworkPolicy", [], [])
+    assert policy["spec"]["podSelector"]["matchLabels"] == job["spec"]["template"]["metadata"]["labels"]
+    assert [json.loads((folder / "shard.json").read_text())["shard"] for folder in folders] == \
+        [[k, 4] for k in (1, 2, 3, 4)]
+    process = subprocess.run(merge["spec"]["template"]["spec"]["containers"][0]["command"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr
-    return out, process
+    with open(folders[0].parent.parent / "grades.csv") as handle:
+        assert [(row["student"], row["score"]) for row in csv.DictReader(handle)] == [("ada_perfect", "22")]
+    assert gradebook_scores(f"sqlite:///{folders[0].parent.parent.parent / 'gradebook.db'}") == \
+        {("ada_perfect", "masks"): (22.0, 22.0)}
 
 
-def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(tmp_path):
-    part = ["--student", "ada_perfect", "--assignment", "masks"]  # in shard 4 of 4: the three others are empty
-    outs = [shard_run(tmp_path, k, 4, *part) for k in (1, 2, 3, 4)]
-    for out, process in outs[:3]:
-        assert process.stdout.strip() == f"Shard {out.name[-1]}/4 holds none of the class's submissions: nothing to grade."
-    assert "Shard 1/4 holds none of the class's submissions: nothing to grade." in outs[0][1].stdout
-    assert json.loads((outs[0][0] / "shard.json").read_text()) == {"shard": [1, 4], "submissions": []}
-    folders = [out for out, _ in outs]
+def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(pod_shards, tmp_path):
+    _, _, folders, stdouts = pod_shards
+    for k, stdout in enumerate(stdouts[:3], 1):
+        assert stdout.strip() == f"Shard {k}/4 holds none of the class's submissions: nothing to grade."
+    assert json.loads((folders[0] / "shard.json").read_text()) == {"shard": [1, 4], "submissions": []}
+    folders = [shutil.copytree(folder, tmp_path / folder.name) for folder in folders]
 
     def merge(*shards):
         return run_grader("merge", *shards, "--out", tmp_path / "merged", "--db",

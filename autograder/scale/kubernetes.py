@@ -1,0 +1,79 @@
+"""Kubernetes manifests for grading on a campus cluster (JupyterHub's, say): the same shards as Slurm's.
+
+    an Indexed Job       completions = parallelism-limited N pods; pod i grades shard i+1 of N
+                         (JOB_COMPLETION_INDEX) into <course>/grading/shards/shard-<i+1>
+    a NetworkPolicy      no traffic in or out of the grading pods
+    a merge Job          merges the N shard folders into grading/ and the course's gradebook, in a file
+                         of its own, applied once the first has completed (kubectl wait), as
+                         Kubernetes has no dependencies between Jobs
+
+Every pod mounts the course checkout (with its .venv and the submissions) from one shared volume
+claim, runs as a user that is not root, and may not gain privileges.  Kubernetes does the
+scheduling, retries (backoffLimitPerIndex) and bookkeeping; the shard folders say which finished.
+"""
+
+import shlex
+
+import yaml
+
+LABEL = "autograder.grading"
+
+
+def _pod(name, command, *, image, claim, mount, user, cpus, memory):
+    return {
+        "metadata": {"labels": {LABEL: name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": user, "runAsGroup": user, "fsGroup": user,
+                                "seccompProfile": {"type": "Unconfined"}},  # bubblewrap makes its own namespaces
+            "containers": [{
+                "name": "grade",
+                "image": image,
+                "workingDir": mount,
+                "command": ["/bin/sh", "-c", command],
+                "resources": {"requests": {"cpu": str(cpus), "memory": memory},
+                              "limits": {"cpu": str(cpus), "memory": memory}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "course", "mountPath": mount}],
+            }],
+            "volumes": [{"name": "course", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+
+
+def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6Gi", user=1000,
+              mount="/course", submitted="submitted", out="grading", retries=2, selection=(), gradebook="gradebook.db",
+              autograded="autograded"):
+    """([the Indexed Job, the NetworkPolicy], [the merge Job]): two lists of Kubernetes objects, applied
+    one after the other.  Paths
+    are relative to the course checkout at `mount` (the pods' working directory): the gradebook is
+    the course's own gradebook.db and autograded/ unless `gradebook` and `autograded` say otherwise.  selection: grade-class's --assignment/--student options."""
+    python = f"{mount}/.venv/bin/python -m autograder"
+    shard = f'{out}/shards/shard-$((JOB_COMPLETION_INDEX + 1))'
+    grade = (f'{python} grade-class --submitted {submitted} --jobs {jobs} {shlex.join(selection)} --out "{shard}" '
+             f'--db "sqlite:///{shard}/gradebook.db" --autograded "{shard}/autograded" '
+             f'--shard "$((JOB_COMPLETION_INDEX + 1))/{shards}"')
+    folders = " ".join(f"{out}/shards/shard-{k}" for k in range(1, shards + 1))
+    merge = f"{python} merge {folders} --out {out} --db sqlite:///{gradebook} --autograded {autograded}"
+    common = dict(image=image, claim=claim, mount=mount, user=user)
+    shards_job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {LABEL: name}},
+        "spec": {"completionMode": "Indexed", "completions": shards, "parallelism": parallelism or shards,
+                 "backoffLimitPerIndex": retries, "maxFailedIndexes": shards,
+                 "template": _pod(name, grade, cpus=jobs, memory=memory, **common)}}
+    no_network = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": f"{name}-no-network", "labels": {LABEL: name}},
+        "spec": {"podSelector": {"matchLabels": {LABEL: name}}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [], "egress": []}}
+    merge_job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-merge", "labels": {LABEL: name}},
+        "spec": {"completions": 1, "backoffLimit": retries,
+                 "template": _pod(name, merge, cpus=1, memory="2Gi", **common)}}
+    return [shards_job, no_network], [merge_job]
+
+
+def to_yaml(objects):
+    return yaml.safe_dump_all(objects, sort_keys=False)
