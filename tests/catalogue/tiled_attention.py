@@ -46,7 +46,8 @@ MISTAKES = [
             code=changed("for i0 in range(0, Sq, block_q):", "for i0 in range(0, Sq - block_q + 1, block_q):",
                          "torch.empty(B, H, Sq, d_v", "torch.zeros(B, H, Sq, d_v")),
     Mistake("key tiles skipped after the tile's first query", "skip_from_first_query",
-            fails=(*CAUSAL_VALUES, "logsumexp", SKIP, CAUSAL_MEMORY),
+            # right whenever block_q == block_k (the diagonal tile starts at i0): so on the causal memory input
+            fails=(*CAUSAL_VALUES, "logsumexp", SKIP),
             code=changed("last_key = min(Sk, i1) if causal else Sk", "last_key = min(Sk, i0 + 1) if causal else Sk")),
     Mistake("no mask inside the diagonal tiles", "no_diagonal_mask",
             fails=(*CAUSAL_VALUES, "logsumexp", SKIP, CAUSAL_MEMORY),
@@ -234,8 +235,9 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     Gaming("every key tile's scores from element-wise products", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
         "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
-        "            s = (q_tile[..., :, None, :] * k[:, :, None, j0:j1]).sum(-1) "),
-        loses=(SKIP, MEMORY), says=CAUSES["no_skip"]),
+        "            s = torch.cat([(q_tile[..., r:r + 16, None, :] * k[:, :, None, j0:j1]).sum(-1) "
+        "for r in range(0, i1 - i0, 16)], dim=-2) "),   # 16 queries at a time: the memory stays small
+        loses=(SKIP,), says=CAUSES["no_skip"]),
     Gaming("every key tile's products in NumPy", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
         "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
