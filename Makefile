@@ -13,9 +13,9 @@ else
 OUT       ?= grading
 DB        ?= sqlite:///$(CURDIR)/gradebook.db
 endif
-# make merge writes where it is told, or into the course's own grading/ and gradebook.db.
-MERGE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),grading)
-MERGE_DB  := $(if $(filter command line environment,$(origin DB)),$(DB),sqlite:///$(CURDIR)/gradebook.db)
+# make merge and make lms-push use what they are told, or the course's own grading/ and gradebook.db.
+COURSE_OUT := $(if $(filter command line environment,$(origin OUT)),$(OUT),grading)
+COURSE_DB  := $(if $(filter command line environment,$(origin DB)),$(DB),sqlite:///$(CURDIR)/gradebook.db)
 # Optional filters for make grade: STUDENT=glob ASSIGNMENT=id SHARD=K/N JOBS=n FORCE=1
 GRADE_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) \
               $(if $(SHARD),--shard $(SHARD)) $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force)
@@ -29,7 +29,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade report test check exercise release sample-class bench merge student-kit gradescope \
-        push-collect push-post lms clean-demo grade-slurm k8s-manifests
+        push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys
 
 setup: $(VENV)/.installed sandbox
 
@@ -66,6 +66,17 @@ lms: setup
 	@test -n "$(ROSTER)" || { echo "usage: make lms ROSTER=roster.csv [SUBMITTED=submitted]"; exit 2; }
 	$(GRADER) export-lms --out $(OUT) --roster $(ROSTER) --db $(DB)
 
+## Push the final scores to the LMS with LTI 1.3 (docs/lms.md), only those that changed:
+## make lms-push ROSTER=roster.csv [LTI=lti.yml] [ASSIGNMENT=id] [DRY_RUN=1] [FORCE=1]
+lms-push: setup
+	@test -n "$(ROSTER)" || { echo "usage: make lms-push ROSTER=roster.csv [LTI=lti.yml] [ASSIGNMENT=id] [DRY_RUN=1] [FORCE=1]"; exit 2; }
+	$(GRADER) lms-push --config $(or $(LTI),lti.yml) --roster $(ROSTER) --out $(COURSE_OUT) --db $(COURSE_DB) \
+	  $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(DRY_RUN),--dry-run) $(if $(FORCE),--force)
+
+## The tool's key pair for LTI 1.3: the private key in KEY (default ~/.config/attention-course/), the JWKS printed
+lms-keys: setup
+	$(GRADER) lms-keys $(if $(KEY),--out $(KEY))
+
 ## solutions/ -> exercises/ with nbgrader generate_assignment (ASSIGNMENT=id for one).
 release: setup
 	$(GRADER) release $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
@@ -98,7 +109,7 @@ k8s-manifests: setup
 ## (into the course's gradebook.db unless DB=... is given, never the sample class's)
 merge: setup
 	@test -n "$(SHARDS)" || { echo 'usage: make merge SHARDS="<folder of shard 1> ... <folder of shard N>" [OUT=grading] [DB=...]'; exit 2; }
-	$(GRADER) merge $(SHARDS) --out $(MERGE_OUT) --db $(MERGE_DB)
+	$(GRADER) merge $(SHARDS) --out $(COURSE_OUT) --db $(COURSE_DB)
 
 ## Grade on a Slurm cluster, from its login node: an array job of SHARDS shards, JOBS processes each,
 ## then a merge that waits for them (WAIT=1 waits and prints how it ended; docs/scale.md).

@@ -1,6 +1,7 @@
 """Command line: python -m autograder {grade, grade-class, grade-slurm, merge, report, release} ..."""
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -296,6 +297,50 @@ def _export_lms(args, course):
     return 0
 
 
+def _lms_keys(args, course):
+    from autograder import lti
+    jwks, public_pem = lti.make_keys(Path(os.path.expanduser(args.out)))
+    print(f"Wrote the tool's private key to {args.out} (mode 600: keep it there, out of any repository) and name\n"
+          "it in the LTI configuration (private_key:). Register the public key in the LMS: Canvas takes this\n"
+          "key set (JWKS; paste the object inside \"keys\"):")
+    print(json.dumps(jwks, indent=2))
+    print("Moodle takes the same key as PEM (RSA key):")
+    print(public_pem, end="")
+    return 0
+
+
+def _lms_push(args, course):
+    from autograder import classroom, lms, lti
+    from autograder.gradebook import exists
+    from autograder.layout import Layout
+    platform = lti.load_platform(args.config)
+    key = lti.read_private_key(platform.private_key, course.root)
+    layout = Layout(args.out)
+    if not layout.results.is_dir():
+        raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
+    for assignment in args.assignment or []:
+        course.assignment(assignment)
+    results = classroom.publish(course, layout, args.db if exists(args.db) else None)
+    scores = lti.final_scores(course, results, args.assignment)
+    outcome = lti.push(course, platform, key, scores, lms.read_roster(args.roster), layout.out,
+                       dry_run=args.dry_run, force=args.force)
+    ambiguous = [(student, why) for student, why in outcome.refused if "ambiguous" in why]
+    for student, why in outcome.refused:
+        print(f"{student}: not sent ({why})", file=sys.stderr if (student, why) in ambiguous else sys.stdout)
+    for student, assignment, why in outcome.failed:
+        print(f"{student}/{assignment}: not sent: {why}" if student else f"the push stopped: {why}", file=sys.stderr)
+    verb = "Would send" if args.dry_run else "Sent"
+    print(f"{verb} {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the last "
+          f"push{' (FORCE=1 sends them again)' if outcome.unchanged else ''}"
+          + (f"; line items {'to create' if args.dry_run else 'created'}: {', '.join(outcome.created)}"
+             if outcome.created else "") + ".")
+    if outcome.failed or ambiguous:
+        print(f"{len(outcome.failed) + len(ambiguous)} not sent: run the same command again once fixed "
+              "(only what was not sent goes).", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _report(args, course):
     from autograder.report import write_report
     folder = write_report(args.out, order=[assignment.id for assignment in course.assignments], course=course)
@@ -424,6 +469,21 @@ def parser():
     export.add_argument("--roster", required=True, help="CSV: student, name, email, sis_user_id, sis_login_id, section")
     export.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
     export.set_defaults(run=_export_lms)
+
+    keys = commands.add_parser("lms-keys", help="make the tool's key pair for LTI 1.3; print the JWKS to register")
+    keys.add_argument("--out", default="~/.config/attention-course/lti-private-key.pem",
+                      help="where the private key goes (outside the course repository)")
+    keys.set_defaults(run=_lms_keys)
+
+    send = commands.add_parser("lms-push", help="push final scores to the LMS with LTI 1.3 (AGS and NRPS)")
+    send.add_argument("--config", default="lti.yml", help="the LTI configuration (docs/lms.md)")
+    send.add_argument("--roster", required=True, help="CSV: student and the column that names them in the LMS")
+    send.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    send.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    send.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    send.add_argument("--dry-run", action="store_true", help="print what would be sent, send nothing")
+    send.add_argument("--force", action="store_true", help="send every score, not only those that changed")
+    send.set_defaults(run=_lms_push)
 
     report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
     report.add_argument("--out", default="grading", help="the folder grade-class wrote")

@@ -7,6 +7,7 @@
         sis_user_id    the LMS's student id (Canvas: SIS User ID; Moodle: ID number)
         sis_login_id   the LMS login (Canvas: SIS Login ID; Moodle: username)
         section
+        lms_user_id    the LMS's own user id (LTI's user_id), where lms-push matches by it
 
     canvas.csv   Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one
                  column per assignment (a new column name creates the assignment), and the
@@ -26,7 +27,7 @@ from pathlib import Path
 from autograder.course import CourseError
 from autograder.results import write_atomic
 
-ROSTER_FIELDS = ("student", "name", "email", "sis_user_id", "sis_login_id", "section")
+ROSTER_FIELDS = ("student", "name", "email", "sis_user_id", "sis_login_id", "section", "lms_user_id")
 
 
 def read_roster(path):

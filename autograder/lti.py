@@ -1,0 +1,392 @@
+"""Final scores pushed to an LMS with LTI 1.3 Advantage, from the instructor's command line.
+
+    lms-keys    the tool's RSA key pair: the private key in a file only its owner reads (outside the
+                course repository), the public key as the JWKS to register in the LMS
+    lms-push    for each assignment graded, the final score grades.csv holds (automatic + manual -
+                late penalty) of every roster student who is a learner of the LMS course:
+
+      token         OAuth 2 client credentials, with a client assertion (a JWT signed RS256 with the
+                    tool's key, its kid from the JWKS), asking for the three scopes below only
+      NRPS          the course's members (Names and Role Provisioning Services), each mapped to a
+                    roster row by one column (email, SIS id or LMS user id); learners only
+      AGS           the line item of each assignment (resourceId = the assignment id), created with
+                    scoreMaximum = its points when missing; then one score per student
+                    (application/vnd.ims.lis.v1.score+json)
+
+What was sent is kept in <out>/lms-pushed.json: the next push sends only the scores that changed
+(FORCE sends all). A score is a replacement at the platform, so sending one again counts nothing
+twice. Refused or failed requests are retried where that can help (timeouts, 5xx, 429 with
+Retry-After), a bounded number of times; whatever still fails is one line per student, and the
+command exits non-zero.
+
+PyJWT signs the assertion (with `cryptography` underneath) and httpx carries the requests.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import stat
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import jwt
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from autograder.course import CourseError
+from autograder.results import write_atomic
+
+SCOPES = ("https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
+          "https://purl.imsglobal.org/spec/lti-ags/scope/score",
+          "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly")
+LINEITEM = "application/vnd.ims.lis.v2.lineitem+json"
+LINEITEMS = "application/vnd.ims.lis.v2.lineitemcontainer+json"
+SCORE = "application/vnd.ims.lis.v1.score+json"
+MEMBERSHIPS = "application/vnd.ims.lti-nrps.v2.membershipcontainer+json"
+LEARNER = "http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"
+# roster column -> the NRPS member field it is matched with
+MATCHES = {"email": "email", "sis_user_id": "lis_person_sourcedid", "lms_user_id": "user_id"}
+REQUIRED = ("issuer", "client_id", "deployment_id", "token_url", "lineitems_url", "memberships_url", "private_key")
+OPTIONAL = ("auth_url", "keyset_url", "audience", "match", "feedback_url", "timeout", "retries")
+STATE = "lms-pushed.json"
+
+
+@dataclass
+class Platform:
+    """The LMS as the tool was registered with it (the file the instructor writes once)."""
+    issuer: str
+    client_id: str
+    deployment_id: str
+    token_url: str
+    lineitems_url: str
+    memberships_url: str
+    private_key: Path
+    auth_url: str = ""
+    keyset_url: str = ""
+    audience: str = ""          # the client assertion's aud (default: token_url)
+    match: str = "email"        # the roster column that names a student in the LMS
+    feedback_url: str = ""      # e.g. https://host/feedback/{student}/{assignment}/feedback.html
+    timeout: float = 20.0
+    retries: int = 3
+
+
+def load_platform(path):
+    """The Platform of an LTI configuration file (YAML); CourseError with one line when it is unusable."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise CourseError(f"cannot read the LTI configuration {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise CourseError(f"{path}: expected keys such as {', '.join(REQUIRED[:3])}")
+    missing = [key for key in REQUIRED if not raw.get(key)]
+    unknown = sorted(set(raw) - set(REQUIRED) - set(OPTIONAL))
+    if missing or unknown:
+        raise CourseError(f"{path}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+    if raw.get("match", "email") not in MATCHES:
+        raise CourseError(f"{path}: match must be one of {', '.join(MATCHES)} (a roster column)")
+    values = {key: str(value) for key, value in raw.items() if key not in ("timeout", "retries")}
+    values["private_key"] = Path(os.path.expanduser(values["private_key"]))
+    if not Path(values["private_key"]).is_absolute():
+        values["private_key"] = (Path(path).parent / values["private_key"]).resolve()
+    return Platform(**values, **{key: type(getattr(Platform, key))(raw[key]) for key in ("timeout", "retries")
+                                if key in raw})
+
+
+# -- the tool's key ------------------------------------------------------------------------------
+
+def thumbprint(public_jwk):
+    """RFC 7638's thumbprint of an RSA JWK, the key's id."""
+    canonical = json.dumps({key: public_jwk[key] for key in ("e", "kty", "n")}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
+
+
+def public_jwks(private_key):
+    jwk = jwt.algorithms.RSAAlgorithm.to_jwk(private_key.public_key(), as_dict=True)
+    return {"keys": [{**jwk, "kid": thumbprint(jwk), "alg": "RS256", "use": "sig"}]}
+
+
+def make_keys(private_path):
+    """A new RSA key pair: the private key written to `private_path` (mode 0600, never over an existing
+    file); returns (the JWKS of its public key, the public key in PEM): Canvas takes the first, Moodle
+    the second."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    private_path = Path(private_path)
+    private_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise CourseError(f"{private_path} exists: keep it, or remove it to make a new key pair "
+                          "(and register the new JWKS in the LMS)") from None
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(pem)
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return public_jwks(key), public_pem.decode()
+
+
+def read_private_key(path, course_root):
+    """The tool's private key; refused when others may read it or when it lies in the course repository."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise CourseError(f"cannot read the tool's private key {path}: {error.strerror} (make lms-keys makes one)") \
+            from None
+    if Path(course_root).resolve() in path.resolve().parents:
+        raise CourseError(f"the private key {path} lies inside the course repository: move it out (and chmod 600 it)")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise CourseError(f"the private key {path} can be read by others (mode {stat.S_IMODE(mode):o}): chmod 600 {path}")
+    try:
+        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except ValueError:
+        raise CourseError(f"{path} is not an unencrypted PEM private key (make lms-keys makes one)") from None
+
+
+# -- the platform's services ----------------------------------------------------------------------
+
+class PushError(Exception):
+    """A request that failed for good: its status (0: no answer) and the platform's words."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def _reason(response):
+    try:
+        body = response.json()
+        text = body.get("error_description") or body.get("error") or body.get("message") or ""
+        text = text if isinstance(text, str) else json.dumps(text)
+    except (ValueError, AttributeError):
+        text = response.text
+    return f"{response.status_code} {response.reason_phrase}" + (f": {' '.join(text.split())[:200]}" if text else "")
+
+
+class Connection:
+    """The tool's session with the platform: its access token and requests with bounded retries."""
+
+    def __init__(self, platform, private_key, transport=None, sleep=time.sleep):
+        self.platform, self.key, self.sleep = platform, private_key, sleep
+        self.kid = public_jwks(private_key)["keys"][0]["kid"]
+        self.http = httpx.Client(timeout=platform.timeout, transport=transport)
+        self.token = None
+
+    def close(self):
+        self.http.close()
+
+    def assertion(self):
+        now = int(time.time())
+        claims = {"iss": self.platform.client_id, "sub": self.platform.client_id,
+                  "aud": self.platform.audience or self.platform.token_url,
+                  "iat": now, "exp": now + 300, "jti": uuid.uuid4().hex}
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
+
+    def authenticate(self):
+        form = {"grant_type": "client_credentials",
+                "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                "client_assertion": self.assertion(), "scope": " ".join(SCOPES)}
+        response = self._send("POST", self.platform.token_url, data=form, headers={"Accept": "application/json"})
+        if response.status_code != 200:
+            raise CourseError(f"the platform refused the tool's token request ({_reason(response)}): check client_id "
+                              "and token_url, and that the JWKS make lms-keys printed is the one registered in the LMS")
+        try:
+            self.token = response.json()["access_token"]
+        except (ValueError, KeyError):
+            raise CourseError(f"the platform's token answer has no access_token ({_reason(response)})") from None
+
+    def _send(self, method, url, **options):
+        """One request, retried on no answer, 5xx and 429 (after Retry-After, at most 30 s)."""
+        for attempt in range(self.platform.retries + 1):
+            last = attempt == self.platform.retries
+            try:
+                response = self.http.request(method, url, **options)
+            except httpx.TransportError as error:
+                if last:
+                    raise PushError(0, f"no answer from {urlsplit(url).netloc} ({type(error).__name__})") from None
+                self.sleep(min(2 ** attempt, 8))
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                if last:
+                    return response
+                retry_after = response.headers.get("Retry-After", "")
+                self.sleep(min(float(retry_after), 30.0) if retry_after.replace(".", "", 1).isdigit()
+                           else min(2 ** attempt, 8))
+                continue
+            return response
+        raise AssertionError("unreachable")
+
+    def request(self, method, url, *, accept, content_type=None, body=None):
+        """The JSON answer of a service request; PushError when it fails for good."""
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
+        response = self._send(method, url, headers=headers,
+                              content=None if body is None else json.dumps(body).encode())
+        if response.status_code == 401 and self.token:  # an access token that expired during a long push
+            self.authenticate()
+            headers["Authorization"] = f"Bearer {self.token}"
+            response = self._send(method, url, headers=headers,
+                                  content=None if body is None else json.dumps(body).encode())
+        if response.status_code >= 400:
+            raise PushError(response.status_code, _reason(response))
+        return response
+
+    def pages(self, url, accept):
+        """Every item of a paged container (the Link header's rel="next")."""
+        while url:
+            response = self.request("GET", url, accept=accept)
+            yield response.json()
+            url = response.links.get("next", {}).get("url")
+
+
+def members(connection):
+    """The course's members as NRPS lists them."""
+    found = []
+    for page in connection.pages(connection.platform.memberships_url, MEMBERSHIPS):
+        found += page.get("members", [])
+    return found
+
+
+def is_learner(member):
+    return member.get("status", "Active") == "Active" and any(
+        role in (LEARNER, "Learner") or role.endswith("membership#Learner") for role in member.get("roles", []))
+
+
+def match_roster(roster, course_members, column):
+    """({student: LMS user id}, [(student, why not sent)]): each roster row mapped to one learner by
+    `column`; a row with no learner, one that is not a learner, and ambiguous matches are refused."""
+    field_name = MATCHES[column]
+    by_value = {}
+    for member in course_members:
+        value = str(member.get(field_name) or "").strip().lower()
+        if value:
+            by_value.setdefault(value, []).append(member)
+    mapped, refused = {}, []
+    for student, row in sorted(roster.items()):
+        value = row.get(column, "").strip().lower()
+        found = by_value.get(value, []) if value else []
+        learners = [member for member in found if is_learner(member)]
+        if not value:
+            refused.append((student, f"no {column} in the roster"))
+        elif len(learners) > 1 or (len(found) > 1 and not learners):
+            refused.append((student, f"{len(found)} members of the LMS course have {column} {value}: ambiguous"))
+        elif not learners:
+            refused.append((student, "not a learner of the LMS course" if found else
+                            f"no member of the LMS course has {column} {value}"))
+        else:
+            mapped[student] = learners[0]["user_id"]
+    users = {}
+    for student, user in mapped.items():
+        users.setdefault(user, []).append(student)
+    for user, students in users.items():
+        if len(students) > 1:
+            for student in students:
+                del mapped[student]
+                refused.append((student, f"the same LMS user as {', '.join(s for s in students if s != student)}: "
+                                         "ambiguous"))
+    return mapped, sorted(refused)
+
+
+def line_items(connection):
+    items = []
+    for page in connection.pages(connection.platform.lineitems_url, LINEITEMS):
+        items += page if isinstance(page, list) else page.get("lineItems", [])
+    return items
+
+
+def scores_url(lineitem_url):
+    """The line item's scores endpoint: its path with /scores appended (its query kept)."""
+    parts = urlsplit(lineitem_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/scores"))
+
+
+# -- the push --------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    sent: list = field(default_factory=list)        # (student, assignment, score)
+    unchanged: int = 0
+    created: list = field(default_factory=list)     # assignment ids whose line item was created
+    failed: list = field(default_factory=list)      # (student, assignment or "", why)
+    refused: list = field(default_factory=list)     # (student, why not sent at all)
+
+
+def final_scores(course, results, assignments=None):
+    """{assignment id: {student: (final score, points)}} of what grades.csv holds; a student who did
+    not hand in an assignment that others did gets 0 there, as in the wide export and LMS imports."""
+    chosen = [a for a in course.assignments if any(r.assignment == a.id for r in results)
+              and (not assignments or a.id in assignments)]
+    scores = {(r.student, r.assignment): r.final_score for r in results}
+    return {a.id: {student: (scores.get((student, a.id), 0.0), a.max_score) for student in {r.student for r in results}}
+            for a in chosen}
+
+
+def push(course, platform, private_key, scores, roster, out, *, dry_run=False, force=False, say=print,
+         transport=None, sleep=time.sleep):
+    """Send `scores` (final_scores) for the roster's learners; the Outcome.  What was sent is kept in
+    <out>/lms-pushed.json (not on a dry run)."""
+    state_path = Path(out) / STATE
+    try:
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    except ValueError:
+        state = {}
+    outcome = Outcome()
+    connection = Connection(platform, private_key, transport=transport, sleep=sleep)
+    try:
+        connection.authenticate()
+        mapped, outcome.refused = match_roster(roster, members(connection), platform.match)
+        items = {}
+        for item in line_items(connection):
+            for key in (item.get("resourceId"), item.get("tag")):
+                if key and key not in items:
+                    items[key] = item
+        for assignment_id, by_student in scores.items():
+            assignment = course.assignment(assignment_id)
+            item = items.get(assignment_id)
+            if item is None:
+                outcome.created.append(assignment_id)
+                if dry_run:
+                    say(f"would create the line item {assignment_id} ({assignment.max_score:g} points)")
+                else:
+                    item = connection.request("POST", platform.lineitems_url, accept=LINEITEM, content_type=LINEITEM,
+                                              body={"label": assignment.title, "scoreMaximum": assignment.max_score,
+                                                    "resourceId": assignment_id, "tag": assignment_id}).json()
+            for student, user in sorted(mapped.items()):
+                given, maximum = by_student.get(student, (0.0, assignment.max_score))
+                record = {"user": user, "score": given, "max": maximum, "line_item": item["id"] if item else ""}
+                if not force and state.get(assignment_id, {}).get(student) == record:
+                    outcome.unchanged += 1
+                    continue
+                if dry_run:
+                    say(f"would send {student} ({user}) {assignment_id}: {given:g} / {maximum:g}")
+                    outcome.sent.append((student, assignment_id, given))
+                    continue
+                score = {"userId": user, "scoreGiven": given, "scoreMaximum": maximum,
+                         "activityProgress": "Completed", "gradingProgress": "FullyGraded",
+                         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+                if platform.feedback_url:
+                    score["comment"] = "Feedback: " + platform.feedback_url.format(student=student,
+                                                                                   assignment=assignment_id)
+                try:
+                    connection.request("POST", scores_url(item["id"]), accept="application/json",
+                                       content_type=SCORE, body=score)
+                except PushError as error:
+                    outcome.failed.append((student, assignment_id, str(error)))
+                    continue
+                outcome.sent.append((student, assignment_id, given))
+                state.setdefault(assignment_id, {})[student] = record
+                write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))  # a crash loses nothing sent
+    except PushError as error:
+        outcome.failed.append(("", "", str(error)))
+    finally:
+        connection.close()
+    return outcome

@@ -1,0 +1,228 @@
+"""lms-push against an LTI 1.3 platform on loopback (tests/lti_platform.py, lti1p3platform inside).
+
+A part of the sample class is graded once; the tests push its final scores through the command
+line, as an instructor does, and compare the platform's gradebook with grades.csv."""
+
+import csv
+import json
+import subprocess
+
+import pytest
+import yaml
+from nbgrader.api import Gradebook
+
+from tests.conftest import run_grader
+from tests.lti_platform import INSTRUCTOR, LEARNER, Platform
+from tests.notebooks import ROOT
+from tests.sample_class import SUBMITTED
+
+STUDENTS = ("ada_perfect", "cara_no_scaling", "dev_wrong_axes", "eli_three_d_only")
+ASSIGNMENTS = ("masks", "scaled_attention")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """(output folder, gradebook URL) of four students' masks and scaled_attention, graded once."""
+    folder = tmp_path_factory.mktemp("graded")
+    db = f"sqlite:///{folder / 'gradebook.db'}"
+    process = run_grader("grade-class", "--submitted", SUBMITTED, "--out", folder / "out", "--db", db,
+                         "--autograded", folder / "autograded",
+                         *[arg for student in STUDENTS for arg in ("--student", student)],
+                         *[arg for assignment in ASSIGNMENTS for arg in ("--assignment", assignment)])
+    assert process.returncode == 0, process.stderr
+    return folder, db
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory):
+    """The tool's key pair, made by lms-keys as an instructor makes it: (private key path, JWKS)."""
+    path = tmp_path_factory.mktemp("keys") / "lti-private-key.pem"
+    process = run_grader("lms-keys", "--out", path)
+    assert process.returncode == 0, process.stderr
+    text = process.stdout
+    jwks = json.loads(text[text.index("{"):text.index("Moodle takes")])
+    assert "-----BEGIN PUBLIC KEY-----" in text
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and "PRIVATE KEY" in path.read_text()
+    assert [key["alg"] for key in jwks["keys"]] == ["RS256"] and "d" not in jwks["keys"][0]  # public only
+    return path, jwks
+
+
+def learner(student, **extra):
+    return {"user_id": f"lms-{student}", "roles": [LEARNER], "email": f"{student}@uni.example",
+            "name": student.replace("_", " "), "status": "Active", **extra}
+
+
+@pytest.fixture
+def platform(key):
+    members = [learner(student) for student in STUDENTS]
+    members += [{"user_id": "lms-tia", "roles": [INSTRUCTOR], "email": "tia_teacher@uni.example", "name": "Tia"},
+                learner("zoe_not_in_roster")]
+    running = Platform(tool_jwks=key[1], members=members).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def course_copy(graded, tmp_path):
+    """A copy of the graded output (each test may change its scores) and its gradebook, the roster
+    (one teaching assistant who is no learner in the LMS, one student the LMS does not know)."""
+    folder, _ = graded
+    out = tmp_path / "out"
+    subprocess.run(["cp", "-r", folder / "out", out], check=True)
+    subprocess.run(["cp", folder / "gradebook.db", tmp_path / "gradebook.db"], check=True)
+    roster = tmp_path / "roster.csv"
+    with open(roster, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "name", "email"])
+        for student in (*STUDENTS, "tia_teacher", "yan_dropped"):
+            writer.writerow([student, student, f"{student}@uni.example"])
+    return out, f"sqlite:///{tmp_path / 'gradebook.db'}", roster
+
+
+def push(platform, key, course_copy, *extra, config_extra=None):
+    out, db, roster = course_copy
+    config = out.parent / "lti.yml"
+    config.write_text(yaml.safe_dump(platform.configuration_file(key[0], **(config_extra or {}))))
+    return run_grader("lms-push", "--config", config, "--roster", roster, "--out", out, "--db", db, *extra)
+
+
+def final_scores(out):
+    with open(out / "grades.csv") as handle:
+        return {(row["assignment"], f"lms-{row['student']}"): float(row["final_score"]) for row in csv.DictReader(handle)}
+
+
+def test_a_push_gives_the_platform_the_scores_of_grades_csv(platform, key, course_copy):
+    process = push(platform, key, course_copy)
+    assert process.returncode == 0, process.stderr
+    out = course_copy[0]
+    assert platform.gradebook() == final_scores(out)   # every student, every assignment, the same numbers
+    assert len(platform.scores) == len(STUDENTS) * len(ASSIGNMENTS)
+    assert {item["resourceId"]: item["scoreMaximum"] for item in platform.lineitems.values()} == {"masks": 22,
+                                                                                                  "scaled_attention": 16}
+    assert "lms-tia" not in {score["userId"] for _, score in platform.scores}   # an instructor gets nothing
+    assert [form["scope"].split() for form in platform.token_requests] == [[
+        "https://purl.imsglobal.org/spec/lti-ags/scope/lineitem", "https://purl.imsglobal.org/spec/lti-ags/scope/score",
+        "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"]]
+    assert {score["activityProgress"] for _, score in platform.scores} == {"Completed"}
+    assert {score["gradingProgress"] for _, score in platform.scores} == {"FullyGraded"}
+    assert "tia_teacher: not sent (not a learner of the LMS course)" in process.stdout
+    assert "yan_dropped: not sent (no member of the LMS course has email yan_dropped@uni.example)" in process.stdout
+    assert "Sent 8 score(s) to https://lms.example.edu; 0 unchanged since the last push; " \
+           "line items created: scaled_attention, masks." in process.stdout
+    assert ("GET", "/api/lti/courses/7/names_and_roles", 200) in platform.log   # pages of members, followed
+    assert sum(1 for entry in platform.log if entry[1] == "/api/lti/courses/7/names_and_roles") == 3
+
+
+def test_only_changed_scores_go_again_a_manual_score_and_a_late_penalty(platform, key, course_copy):
+    assert push(platform, key, course_copy).returncode == 0
+    again = push(platform, key, course_copy)
+    assert again.returncode == 0 and "Sent 0 score(s)" in again.stdout and "8 unchanged" in again.stdout
+    out, db, _ = course_copy
+    with Gradebook(db) as gradebook:
+        grade = gradebook.find_submission("masks", "ada_perfect").notebooks[0].grades[0]
+        grade.manual_score = (grade.auto_score or 0) - 2
+        gradebook.find_submission("scaled_attention", "cara_no_scaling").notebooks[0].late_submission_penalty = 3.0
+        gradebook.db.commit()
+    received = len(platform.scores)
+    third = push(platform, key, course_copy)
+    assert third.returncode == 0, third.stderr
+    sent = [(platform.lineitems[item]["resourceId"], score["userId"]) for item, score in platform.scores[received:]]
+    assert sorted(sent) == [("masks", "lms-ada_perfect"), ("scaled_attention", "lms-cara_no_scaling")]
+    book = final_scores(out)
+    assert platform.gradebook() == book
+    assert book["masks", "lms-ada_perfect"] == 20 and book["scaled_attention", "lms-cara_no_scaling"] == 12 - 3
+    assert len(push(platform, key, course_copy, "--force").stdout.split("Sent 8 score(s)")) == 2
+
+
+def test_a_dry_run_sends_nothing(platform, key, course_copy):
+    process = push(platform, key, course_copy, "--dry-run")
+    assert process.returncode == 0, process.stderr
+    assert "would create the line item masks (22 points)" in process.stdout
+    assert "would send ada_perfect (lms-ada_perfect) masks: 22 / 22" in process.stdout
+    assert platform.scores == [] and platform.lineitems == {}
+    assert not (course_copy[0] / "lms-pushed.json").exists()
+
+
+def test_faults_retried_where_it_helps_and_one_line_per_student_otherwise(platform, key, course_copy):
+    platform.fault("scores", 503, times=2)                              # twice, then fine
+    platform.fault("scores", 429, retry_after="1")                     # rate limited once
+    platform.fault("members", 0, delay=2.5)                            # one answer slower than the timeout
+    platform.fault("scores", 422, times=99, user="lms-dev_wrong_axes")  # refused for good (Canvas: not a student)
+    process = push(platform, key, course_copy, config_extra={"timeout": 1, "retries": 3})
+    assert process.returncode == 1
+    assert process.stderr.splitlines() == [
+        "dev_wrong_axes/scaled_attention: not sent: 422 Unprocessable Entity: queued fault 422",
+        "dev_wrong_axes/masks: not sent: 422 Unprocessable Entity: queued fault 422",
+        "2 not sent: run the same command again once fixed (only what was not sent goes)."]
+    book = final_scores(course_copy[0])
+    assert platform.gradebook() == {key: value for key, value in book.items() if key[1] != "lms-dev_wrong_axes"}
+    platform.faults.clear()
+    received = len(platform.scores)
+    process = push(platform, key, course_copy)
+    assert process.returncode == 0, process.stderr
+    assert sorted(score["userId"] for _, score in platform.scores[received:]) == ["lms-dev_wrong_axes"] * 2
+    assert platform.gradebook() == book
+
+
+def test_a_platform_down_stops_with_one_line_and_nothing_is_lost(platform, key, course_copy):
+    platform.fault("scores", 500, times=99)
+    process = push(platform, key, course_copy, config_extra={"retries": 0})
+    assert process.returncode == 1
+    assert process.stderr.splitlines()[0] == "ada_perfect/scaled_attention: not sent: 500 Internal Server Error: queued fault 500"
+    assert platform.scores == []
+    platform.faults.clear()
+    assert push(platform, key, course_copy).returncode == 0 and platform.gradebook() == final_scores(course_copy[0])
+
+
+def test_a_wrong_key_gets_one_line_naming_the_fix(platform, key, course_copy, tmp_path):
+    other = tmp_path / "other-key.pem"
+    assert run_grader("lms-keys", "--out", other).returncode == 0
+    process = push(platform, (other, key[1]), course_copy)
+    assert process.returncode == 2
+    line, = process.stderr.splitlines()
+    assert line.startswith("error: the platform refused the tool's token request (401 Unauthorized: "
+                           "client assertion refused: ")
+    assert line.endswith("check client_id and token_url, and that the JWKS make lms-keys printed is the one "
+                         "registered in the LMS")
+
+
+def test_the_private_key_is_refused_where_others_can_read_it(platform, key, course_copy, tmp_path):
+    loose = tmp_path / "loose.pem"
+    loose.write_bytes(key[0].read_bytes())
+    loose.chmod(0o644)
+    process = push(platform, (loose, key[1]), course_copy)
+    assert (process.returncode, process.stderr.strip()) == (
+        2, f"error: the private key {loose} can be read by others (mode 644): chmod 600 {loose}")
+    inside = ROOT / "sample_class" / "lti-key-test.pem"
+    try:
+        inside.write_bytes(key[0].read_bytes())
+        inside.chmod(0o600)
+        process = push(platform, (inside, key[1]), course_copy)
+    finally:
+        inside.unlink()
+    assert process.returncode == 2 and "lies inside the course repository: move it out" in process.stderr
+    assert run_grader("lms-keys", "--out", key[0]).returncode == 2   # never over an existing key
+
+
+def test_ambiguous_matches_are_refused(key, course_copy):
+    members = [learner(student) for student in STUDENTS]
+    members.append(learner("ada_twin", email="ada_perfect@uni.example"))   # two learners with one email
+    platform = Platform(tool_jwks=key[1], members=members).start()
+    try:
+        process = push(platform, key, course_copy)
+    finally:
+        platform.stop()
+    assert process.returncode == 1
+    assert "ada_perfect: not sent (2 members of the LMS course have email ada_perfect@uni.example: ambiguous)" \
+        in process.stderr
+    assert "lms-ada_perfect" not in {score["userId"] for _, score in platform.scores}
+    assert len(platform.scores) == 6
+
+
+def test_the_make_targets_forward_their_variables():
+    dry = subprocess.run(["make", "-n", "lms-push", "ROSTER=r.csv", "LTI=lti.yml", "ASSIGNMENT=masks", "DRY_RUN=1",
+                          "FORCE=1"], cwd=ROOT, capture_output=True, text=True)
+    assert "-m autograder lms-push --config lti.yml --roster r.csv --out grading --db sqlite:///" in dry.stdout
+    assert "--assignment masks --dry-run --force" in dry.stdout
+    assert "lms-keys --out" in subprocess.run(["make", "-n", "lms-keys", "KEY=k.pem"], cwd=ROOT, capture_output=True,
+                                              text=True).stdout
