@@ -363,6 +363,12 @@ def _new_exercise(args, course):
     return 0
 
 
+def _add_selection(command):
+    """The options that choose part of the class, the same wherever a class is graded."""
+    command.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    command.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+
+
 def parser():
     main = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     main.add_argument("--course", default=None, help="path to course.yml (default: the repository's)")
@@ -377,8 +383,7 @@ def parser():
 
     whole = commands.add_parser("grade-class", help="grade <submitted>/<student>/<assignment>/")
     whole.add_argument("--submitted", default="submitted")
-    whole.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    whole.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+    _add_selection(whole)
     whole.add_argument("--out", default="grading", help="folder for grades.csv, results, feedback")
     whole.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
     whole.add_argument("--jobs", type=int, default=0, help="grading processes (default: one per core)")
@@ -405,8 +410,7 @@ def parser():
                          help="nbgrader's autograded/ folder (default: beside the submitted folder)")
     cluster.add_argument("--shards", type=int, required=True, help="array tasks, one shard of the class each")
     cluster.add_argument("--jobs", type=int, default=1, help="grading processes (and CPUs) per shard")
-    cluster.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    cluster.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+    _add_selection(cluster)
     cluster.add_argument("--force", action="store_true", help="grade again even what is unchanged")
     cluster.add_argument("--partition", default="", help="default: course.yml's slurm.partition, or the cluster's")
     cluster.add_argument("--account", default="", help="default: course.yml's slurm.account")
@@ -427,8 +431,7 @@ def parser():
     pods.add_argument("--jobs", type=int, default=1, help="grading processes (and CPUs) per pod")
     pods.add_argument("--memory", default="6Gi", help="memory per pod")
     pods.add_argument("--submitted", default="submitted", help="relative to the checkout")
-    pods.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
-    pods.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+    _add_selection(pods)
     pods.add_argument("--out", default="grading", help="relative to the checkout")
     pods.add_argument("--output", default="grading-k8s.yaml", help="the shards' file (the merge's: <name>-merge.yaml)")
     pods.set_defaults(run=_k8s_manifests)
