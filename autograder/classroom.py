@@ -368,6 +368,25 @@ def merge(course, folders, out, db_url, autograded):
     return publish(course, layout, db_url)
 
 
+def handed_in(task):
+    """Whether the task has a submission folder to grade (not an assignment the student never handed in)."""
+    return not task.problem.startswith("not submitted") and Path(task.folder).is_dir()
+
+
+def not_submitted_line(results):
+    """One line for the results that are assignments not handed in (a row of 0 each), or ""."""
+    missing = {}
+    for result in results:
+        if result.missing:
+            missing[result.student] = missing.get(result.student, 0) + 1
+    if not missing:
+        return ""
+    shown = ", ".join(f"{student} ({count})" for student, count in sorted(missing.items())[:8])
+    more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+    return (f"Not submitted: {sum(missing.values())} assignment(s) of {len(missing)} student(s), a row of 0 each in "
+            f"grades.csv: {shown}{more}")
+
+
 def changes(before, results):
     """Lines saying whose scores changed, from what to what."""
     lines = []
@@ -409,7 +428,8 @@ def summary_table(results):
 
 
 def progress(total, stream=None):
-    """A callback for each graded submission: a tqdm bar on a terminal, one line each otherwise."""
+    """A callback for each graded submission: a tqdm bar on a terminal, one line each otherwise (none
+    for an assignment that was not handed in)."""
     stream = stream or sys.stderr
     if stream.isatty():
         from tqdm import tqdm
@@ -422,9 +442,7 @@ def progress(total, stream=None):
         return update
 
     def line(task, result):
-        if result.missing:
-            print(f"missing {task.key}: {'; '.join(nb.reason for nb in result.notebooks)}", flush=True)
-        else:
+        if not result.missing:  # what was not handed in is summed up once, at the end
             print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
                   + (f"  ({result.reason})" if result.reason else ""), flush=True)
     line.close = lambda: None

@@ -169,11 +169,13 @@ def _grade_class(args, course):
                           + (" for the given --student/--assignment/--shard" if
                              args.student or args.assignment or args.shard else ""))
     before = classroom.previous_scores(layout)
-    up_to_date = len(tasks) - len(pending)
+    to_grade = [task for task in pending if classroom.handed_in(task)]
+    unchanged = sum(1 for task in tasks if classroom.handed_in(task)) - len(to_grade)
     jobs = args.jobs or classroom.default_jobs()
-    print(f"{len(pending)} to grade with {classroom.effective_jobs(jobs, pending)} job(s)"
-          + (f", {up_to_date} unchanged since graded (--force grades them again)" if up_to_date else ""),
-          flush=True)
+    print((f"{len(to_grade)} submission(s) of {len({task.student for task in to_grade})} student(s) to grade with "
+           f"{classroom.effective_jobs(jobs, pending)} job(s)" if to_grade else "Nothing to grade")
+          + (f"; {unchanged} unchanged since graded (make grade FORCE=1, or --force, grades them again)"
+             if unchanged else ""), flush=True)
     autograded = Path(args.autograded or submitted.parent / "autograded")
     update = classroom.progress(len(pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     interrupted = False
@@ -214,8 +216,13 @@ def _grade_class(args, course):
         print(f"\nNot graded: {len(strays)} entr{'y' if len(strays) == 1 else 'ies'} under {submitted}/ "
               "that are no <student>/<assignment>/ folder:\n"
               + "\n".join(f"  {stray.path}: {stray.reason}" for stray in strays))
-    print(f"Grades: {layout.grades_csv} ({len(results)} submissions)   wide: {layout.wide_csv}   "
-          f"feedback: {layout.feedback_root}   gradebook: {args.db}")
+    missing = classroom.not_submitted_line(graded)
+    if missing:
+        print(missing)
+    rows = [r for r in results if not r.missing]
+    print(f"Grades: {layout.grades_csv} ({len(rows)} submission(s) of {len({r.student for r in rows})} student(s)"
+          f"{f', {len(results) - len(rows)} not submitted' if len(results) > len(rows) else ''})   "
+          f"wide: {layout.wide_csv}   feedback: {layout.feedback_root}   gradebook: {args.db}")
     if interrupted:
         print("interrupted: what was graded is saved; run the same command again to grade the rest",
               file=sys.stderr)

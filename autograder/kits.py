@@ -44,6 +44,14 @@ def student_requirements(course):
     return "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES)
 
 
+def assignments_table(assignments):
+    """The kit's table of its assignments: folder, title, when it is due and its points."""
+    rows = ["| folder | assignment | due | points |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{a.id}/` | {a.title} | {a.due.strftime('%Y-%m-%d %H:%M UTC') if a.due else 'no due date'} | "
+             f"{a.max_score:g} |" for a in assignments]
+    return "\n".join(rows)
+
+
 def build_student_kit(course, folder, moment=None):
     """Write the student kit as it stands at `moment` (default: now) to `folder` and a zip beside
     it; returns (the zip's path, the assignments in it)."""
@@ -63,6 +71,7 @@ def build_student_kit(course, folder, moment=None):
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
     pins = _pins(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
+    readme = readme.replace("{assignments}", assignments_table(chosen))
     (folder / "README.md").write_text(readme.replace("{course}", course.name))
     (folder / "requirements.txt").write_text(student_requirements(course))
     shutil.copyfile(KIT_FILES / "self_check.py", folder / "self_check.py")

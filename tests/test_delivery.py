@@ -106,19 +106,57 @@ def test_no_assignment_carries_a_solution_before_its_due_date():
         ["sdpa of scaled_attention (due: 2026-10-05 08:00 UTC)"]
 
 
-def test_self_check_reports_each_visible_check(kit, tmp_path):
-    """softmax answered, numpy_attention still the stub: one passes, the other fails, with the reason."""
-    repo = tmp_path / "repo"
-    shutil.copytree(kit, repo)
+def readme_commands(kit_folder):
+    """The commands of the kit README's set-up block, each without its comment."""
+    text = (kit_folder / "README.md").read_text()
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_kits_readme_commands_work_from_a_fresh_unzip(kit, tmp_path):
+    """As a student follows the README, in the unzipped kit: the set-up line is the one shown (its
+    install is this course's own .venv here, linked in), then the self-check line. A stub fails with
+    its reason and exit status 1; a notebook whose visible checks all pass exits 0; an assert with
+    no message still gives its line; the kernel prints nothing of its own."""
+    with zipfile.ZipFile(kit.with_suffix(".zip")) as archive:
+        archive.extractall(tmp_path / "unzipped")
+    repo = tmp_path / "unzipped"
+    setup, _, check = readme_commands(repo)
+    assert setup == "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+    assert check == ".venv/bin/python self_check.py"
+    (repo / ".venv").symlink_to(ROOT / ".venv")
     make_submission("attention_basics", {"softmax": solution_answers("attention_basics")["softmax"]},
                     repo / "attention_basics")
-    process = subprocess.run([sys.executable, "self_check.py", "attention_basics"], cwd=repo,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
-    assert process.returncode == 0, process.stderr
+
+    def self_check(*args):
+        return subprocess.run(["bash", "-c", " ".join([check, *args])], cwd=repo, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    process = self_check("attention_basics")
+    assert process.returncode == 1 and process.stderr == ""
     summary = (tmp_path / "summary.md").read_text()
     assert "| attention_basics/attention_basics.ipynb | check_softmax | passes |" in summary
-    assert "| check_numpy_attention | fails: NotImplementedError" in summary
+    assert "| check_numpy_attention | fails: NotImplementedError: an exercise this cell checks is still the stub |" \
+        in summary
+    assert "1 of 2 visible checks pass." in process.stdout
+    make_submission("attention_basics", solution_answers("attention_basics"), repo / "attention_basics")
+    process = self_check("attention_basics")
+    assert process.returncode == 0 and "2 of 2 visible checks pass." in process.stdout, process.stdout
+    notebook = repo / "attention_basics" / "attention_basics.ipynb"
+    data = json.loads(notebook.read_text())
+    check_cell = next(cell for cell in data["cells"]
+                      if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "check_softmax")
+    check_cell["source"] = "assert softmax(np.zeros(3)).sum() == 2\n"
+    notebook.write_text(json.dumps(data))
+    assert "| check_softmax | fails: AssertionError at `assert softmax(np.zeros(3)).sum() == 2` |" in \
+        self_check("attention_basics").stdout
+    assert "no notebook found" in self_check("no_such_folder").stderr
+
+
+def test_the_kits_readme_gives_each_assignments_due_date_and_points(kit):
+    readme = (kit / "README.md").read_text()
+    for assignment in COURSE.assignments:
+        assert f"| `{assignment.id}/` | {assignment.title} | {assignment.due:%Y-%m-%d %H:%M} UTC | " \
+               f"{assignment.max_score:g} |" in readme
 
 
 def test_student_kit_holds_no_hidden_suite_or_solution(kit):
