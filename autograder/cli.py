@@ -366,7 +366,9 @@ def _new_exercise(args, course):
     from autograder.scaffold import scaffold
     for path in scaffold(args.id, args.assignment, args.function, args.title, args.notebook, course.root):
         print(f"wrote {path.relative_to(course.root)}")
-    print(f"next: fill in the TODOs, then make release ASSIGNMENT={args.assignment} && make check EXERCISE={args.id}")
+    print(f"next: fill in the TODOs (the statement, the reference answer, the suite's tests and causes, the "
+          f"catalogue's mistakes), then\n  make release ASSIGNMENT={args.assignment} && make check EXERCISE={args.id}"
+          f" && make sample-class && make test")
     return 0
 
 

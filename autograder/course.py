@@ -76,6 +76,7 @@ class Assignment:
     limits: Limits
     due: datetime = None    # with a time zone; None: no due date
     release: datetime = None  # when students get it (the student kit); None: see Course.released
+    summary: str = ""         # what it teaches, in a line (the README's table of assignments)
 
     @property
     def exercises(self):
@@ -204,6 +205,7 @@ def load_course(path=None):
             for nb in raw_assignment.get("notebooks") or [])
         assignments.append(Assignment(
             id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
+            summary=str(raw_assignment.get("summary", "")),
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
             due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None,

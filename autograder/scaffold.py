@@ -8,7 +8,7 @@ and TODOs where only its author knows what to write:
   course.yml                                its entry: suite, gate, basic tests, points
   autograder/suites/test_<id>.py            its calls into student code, CAUSES, gate and tests
   tests/catalogue/<id>.py                   its mistakes, correct variants and degenerate answers
-  README.md                                 its points in the Assignments table (tested against course.yml)
+  README.md                                 the table of assignments, written again from course.yml
 
 It refuses, before writing anything, when the id is taken or any of these files exists.  Then
 `make release ASSIGNMENT=...` makes the student version and `make check EXERCISE=<id>` grades the
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import readme
 from autograder.course import CourseError, load_course
 
 SUITE = '''"""Hidden tests for {function}(x) -> TODO: the statement's signature."""
@@ -37,8 +38,13 @@ CAUSES = {{
 
 
 def {function}(student, x):
-    """Call the student's {function}; check the reply's form."""
-    return checks.tensor(student.call("{function}", x)["output"], "{function}(x)")
+    """Call the student's {function}; check the reply's form ({library} in, {library} out)."""
+    return checks.tensor(student.call("{function}", x)["output"], "{function}(x)", "{kind}")
+
+
+def inputs(seed):
+    """The input x of a test: TODO: the statement's shapes and dtypes."""
+    return A.randn(A.B, A.SQ, A.D_K, seed=seed){convert}
 
 
 def named_mistakes(x):
@@ -48,20 +54,21 @@ def named_mistakes(x):
 
 def test_gate(student, reference):
     """The gate: a property every real attempt has and no degenerate answer does (TODO)."""
-    x = A.randn(A.B, A.SQ, A.D_K, seed=1)
-    result = {function}(student, x)
+    result = checks.as_tensor({function}(student, inputs(1)))
     checks.require(bool(torch.isfinite(result).all()) and not torch.equal(result, torch.zeros_like(result)),
-                   "{function}(x) returns zeros or non-finite values, so it does not compute anything yet.")
+                   "{function}(x) returns zeros or non-finite values, so it does not compute anything yet.",
+                   "TODO: the hint a student needs here.")
 
 
 def test_shape(student):
-    x = A.randn(A.B, A.SQ, A.D_K, seed=2)
-    checks.shape({function}(student, x), x.shape, "{function}(x)")
+    x = inputs(2)
+    checks.shape({function}(student, x), x.shape, "{function}(x)", "TODO: the shape the statement asks for.")
 
 
 def test_matches_reference_solution(student, reference):
-    x = A.randn(A.B, A.SQ, A.D_K, seed=3)
-    checks.close({function}(student, x), reference["{function}"](x), "{function}(x)", "", named_mistakes(x))
+    x = inputs(3)
+    checks.close({function}(student, x), reference["{function}"](x), "{function}(x)",
+                 "TODO: the property, stated as the student reads it.", named_mistakes(x))
 '''
 
 CATALOGUE = '''"""The catalogue of {exercise}: its mistakes (with the cause each must be named by, a key of
@@ -81,18 +88,26 @@ MISTAKES = [
 
 VARIANTS = [
     Variant("the reference written another way (TODO)", \'\'\'def {function}(x):
-    return x.clone()
+    return {copy}
 \'\'\'),
 ]
 
 
 DEGENERATES = [
     Degenerate("zeros", \'\'\'def {function}(x):
-    return torch.zeros_like(x)
+    return {zeros}
 \'\'\'),
 ]
 '''
 
+# What differs between a NumPy notebook and a PyTorch one (the scaffold follows the notebook's own imports).
+LIBRARIES = {
+    "torch": {"library": "torch", "kind": "tensor", "convert": "", "copy": "x.clone()", "zeros": "torch.zeros_like(x)",
+              "random": "torch.randn(2, 3, 4)", "imports": "import torch"},
+    "numpy": {"library": "numpy", "kind": "ndarray", "convert": ".numpy()", "copy": "x.copy()",
+              "zeros": "np.zeros_like(x)", "random": "np.random.default_rng(0).standard_normal((2, 3, 4))",
+              "imports": "import numpy as np"},
+}
 POINTS = {"test_shape": 1, "test_matches_reference_solution": 4}   # the tests of SUITE that carry points
 ENTRY = '''          - id: {exercise}
             title: {title}
@@ -107,28 +122,39 @@ ASSIGNMENT = '''
     release: {release}
     due: {due}
     title: {title}
+    summary: "TODO: what it teaches, in a line (the README's table)"
     notebooks:
       - name: {notebook}
         exercises:
 '''
 
 
-def cells(exercise, function, title, points):
+def cells(exercise, function, title, points, library):
     """The statement, answer and visible self-check cells, with nbgrader's metadata."""
     def meta(grade_id, **flags):
         return {"nbgrader": {"grade": False, "solution": False, "locked": True, "task": False,
                              "schema_version": 3, "grade_id": grade_id, **flags}}
+    names = LIBRARIES[library]
     return [
         nbformat.v4.new_markdown_cell(f"## {title}\n\nTODO: why this matters, a picture, then the statement: "
                                       f"`{function}(x)`, its arguments, shapes and dtypes."),
         nbformat.v4.new_code_cell(f'def {function}(x):\n    """TODO: the statement, with shapes in comments."""\n'
-                                  "    ### BEGIN SOLUTION\n    return x.clone()\n    ### END SOLUTION",
+                                  f"    ### BEGIN SOLUTION\n    return {names['copy']}\n    ### END SOLUTION",
                                   metadata=meta(exercise, solution=True, locked=False)),
         nbformat.v4.new_code_cell(f"# A visible self-check (the hidden tests grade more than this).\n"
-                                  f"x = torch.randn(2, 3, 4)\nassert {function}(x).shape == x.shape\n"
+                                  f"x = {names['random']}\nassert {function}(x).shape == x.shape, "
+                                  f'"{function}(x) must keep the shape of x"\n'
                                   f'print("{function}: the shape is right")',
                                   metadata=meta(f"check_{exercise}", grade=True, points=float(points))),
     ]
+
+
+def notebook_library(nb):
+    """"torch" when the notebook imports torch (or is new), "numpy" when it uses NumPy only."""
+    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    if re.search(r"^\s*(import torch|from torch)", code, re.M) or not code:
+        return "torch"
+    return "numpy" if re.search(r"^\s*import numpy", code, re.M) else "torch"
 
 
 def add_to_course_yml(text, exercise, assignment, notebook, title, course):
@@ -156,28 +182,6 @@ def add_to_course_yml(text, exercise, assignment, notebook, title, course):
     return "".join(lines[:stop]) + entry + "".join(lines[stop:])
 
 
-def add_to_readme(text, exercise, assignment, title, points):
-    """README.md with the exercise in its assignment's row of the Assignments table (a new row for a
-    new assignment); tests/test_course.py holds that table to course.yml's points."""
-    entry = f"`{exercise}` {title} ({points:g})"
-    lines = text.splitlines(keepends=True)
-    header = next((i for i, line in enumerate(lines) if line.startswith("| assignment |")), None)
-    if header is None:
-        return text
-    end = next((i for i in range(header, len(lines)) if not lines[i].startswith("|")), len(lines))
-    rows = [i for i in range(header, end) if lines[i].startswith("| `") and lines[i].count("|") == 4]
-    for i in rows:
-        cells = lines[i].split("|")
-        if cells[1].strip(" `") == assignment:
-            cells[3] = f" {cells[3].strip()}, {entry} "
-            lines[i] = "|".join(cells)
-            return "".join(lines)
-    if not rows:
-        return text
-    lines.insert(rows[-1] + 1, f"| `{assignment}` | TODO: what it teaches | {entry} |\n")
-    return "".join(lines)
-
-
 def scaffold(exercise, assignment, function, title=None, notebook=None, root=None):
     """Write the four parts of a new exercise and its README row; returns the paths written."""
     course = load_course(Path(root) / "course.yml" if root else None)
@@ -202,16 +206,21 @@ def scaffold(exercise, assignment, function, title=None, notebook=None, root=Non
         nb.cells.append(nbformat.v4.new_code_cell("import torch", metadata={"nbgrader": {
             "grade": False, "solution": False, "locked": True, "task": False, "schema_version": 3,
             "grade_id": f"setup_{exercise}"}}))
-    nb.cells += cells(exercise, function, title, points=sum(POINTS.values()))
+    library = notebook_library(nb)
+    nb.cells += cells(exercise, function, title, points=sum(POINTS.values()), library=library)
     course_yml = root / "course.yml"
     text = add_to_course_yml(course_yml.read_text(), exercise, assignment, notebook, title, course)
-    readme = root / "README.md"
-    readme_text = add_to_readme(readme.read_text(), exercise, assignment, title, sum(POINTS.values())) if readme.exists() else None
     notebook_path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, notebook_path)
     course_yml.write_text(text)
-    paths["suite"].write_text(SUITE.format(function=function))
-    paths["catalogue"].write_text(CATALOGUE.format(exercise=exercise, function=function))
-    if readme_text is not None:
-        readme.write_text(readme_text)
-    return [notebook_path, course_yml, *paths.values()] + ([readme] if readme_text is not None else [])
+    paths["suite"].write_text(SUITE.format(function=function, **LIBRARIES[library]))
+    paths["catalogue"].write_text(CATALOGUE.format(exercise=exercise, function=function, **LIBRARIES[library]))
+    written = [notebook_path, course_yml, *paths.values()]
+    readme_path = root / "README.md"
+    if readme_path.exists():
+        before = readme_path.read_text()
+        after = readme.written(before, text)
+        if after != before:
+            readme_path.write_text(after)
+            written.append(readme_path)
+    return written

@@ -1,8 +1,10 @@
 """make check EXERCISE=id: an exercise author's loop, in seconds rather than a whole `make test`.
 
-Grades, as one small class with the command instructors run (`grade-class`): the reference
-solution, the released stub, and every catalogue entry of the exercise (its mistakes, correct
-variants, degenerate answers and answers that game a measured point).  Prints one line per answer with its points and whether it
+Runs the released notebook as a student runs it, with the reference answers in, up to the
+exercise's visible check (a cell that fails there fails the check).  Then grades, as one small class
+with the command instructors run (`grade-class`): the reference solution, the released stub, and
+every catalogue entry of the exercise (its mistakes, correct variants, degenerate answers and
+answers that game a measured point).  Prints one line per answer with its points and whether it
 graded as the catalogue says, and exits 1 when any did not.  tests/test_catalogue.py judges the
 whole catalogue with the same functions.
 
@@ -136,6 +138,32 @@ def exactly_as_allowed(results, mistakes=MISTAKES):
                for m in mistakes)
 
 
+def run_as_a_student(exercise, folder):
+    """The released notebook of the exercise, with the reference answers in, run cell by cell as a
+    student runs it (demos and training included) up to the exercise's visible check: "" when every
+    cell ran, else the first failure in one line (a check cell that uses a library the notebook
+    never imports, a statement cell that no longer runs)."""
+    import nbformat
+    from nbclient import NotebookClient
+    assignment = COURSE.assignment(ASSIGNMENT_OF[exercise])
+    notebook = next(nb for nb in assignment.notebooks if any(e.id == exercise for e in nb.exercises))
+    path, = make_submission(assignment.id, solution_answers(assignment.id), folder, notebook.name)
+    nb = nbformat.read(path, as_version=4)
+    ids = [cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") for cell in nb.cells]
+    if f"check_{exercise}" in ids:
+        nb.cells = nb.cells[:ids.index(f"check_{exercise}") + 1]
+    NotebookClient(nb, timeout=600, allow_errors=True, kernel_name="python3",
+                   extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                   resources={"metadata": {"path": str(Path(path).parent)}}).execute()
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"number {index + 1}"
+                message = (output.get("evalue") or "").strip().splitlines()
+                return f"{output.get('ename')}: {message[0] if message else '(no message)'} (cell {name})"
+    return ""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("exercise", choices=sorted(ASSIGNMENT_OF))
@@ -149,6 +177,10 @@ def main(argv=None):
                                            ("stub", assignment, {})])
     full = MAX_SCORE[args.exercise]
     problems = 0
+    failure = run_as_a_student(args.exercise, root / "as-a-student")
+    print(f"{'FAIL' if failure else 'ok  '} the released notebook, run as a student runs it with the reference "
+          f"answers, up to check_{args.exercise}" + (f"\n       {failure}" if failure else ""))
+    problems += bool(failure)
     rows = [("reference", "", *exercise_points(results, "reference", args.exercise, full, must_be_full=True)),
             ("stub", "", *exercise_points(results, "stub", args.exercise, full, must_be_full=False))]
     rows += [(kind, entry.name, *judge(results, kind, entry)) for kind, entry in chosen]

@@ -31,19 +31,6 @@ def test_every_exercise_has_a_gate_and_its_basic_tests_stay_within_a_fifth(exerc
     assert sum(exercise.points[test] for test in exercise.basic) <= 0.2 * exercise.max_score
 
 
-def readme_points(assignment):
-    return ", ".join(f"`{e.id}` {e.title} ({e.max_score:g})" for e in assignment.exercises)
-
-
-def test_the_readme_gives_the_points_of_course_yml():
-    """The README's table of assignments states each exercise's points as course.yml does."""
-    readme = (COURSE.root / "README.md").read_text()
-    rows = {line.split("|")[1].strip(" `"): line.split("|")[3].strip() for line in readme.splitlines()
-            if line.startswith("| `") and line.count("|") == 4}
-    expected = {assignment.id: readme_points(assignment) for assignment in COURSE.assignments}
-    assert {a: rows.get(a) for a in expected} == expected, "the README's Assignments table, as it should read"
-
-
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
 def test_solution_check_cells_carry_course_points(assignment, notebook):
     nb = nbformat.read(COURSE.source_notebook(assignment, notebook), as_version=4)

@@ -52,7 +52,9 @@ def test_new_assignment(course_copy):
     assert new["release"] == previous["due"]
     assert (course_copy / "solutions/sliding_window/sliding_window.ipynb").exists()
     lines = (course_copy / "README.md").read_text().splitlines()
-    row = lines.index("| `sliding_window` | TODO: what it teaches | `window_mask` window_mask (5) |")
+    row = next(i for i, line in enumerate(lines) if line.startswith("| `sliding_window` |"))
+    assert lines[row] == ("| `sliding_window` | TODO: what it teaches, in a line (the README's table) | "
+                          f"`window_mask` window_mask (5) | {str(new['due'])[:10]} |")
     assert lines[row - 1].startswith(f"| `{previous['id']}` |"), "the row ends the Assignments table"
 
 

@@ -1,0 +1,84 @@
+"""The README is a door and docs/ the house: the README's size, its generated table of assignments,
+its table of make targets, and every link of README.md and docs/ (to a file of the repository, and
+to a heading of that file when it names one)."""
+
+import re
+
+import pytest
+
+from autograder import readme
+from autograder.scaffold import scaffold
+from tests.notebooks import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(path):
+    """GitHub's anchors of a Markdown file's headings."""
+    found = set()
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_the_readme_is_a_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text) <= 8000, f"README.md has {len(text)} characters: move details to docs/"
+    assert "{" not in text.replace("{{", "")  # no placeholder left
+
+
+def test_the_readme_table_of_assignments_is_course_ymls():
+    text = (ROOT / "README.md").read_text()
+    assert readme.written(text, (ROOT / "course.yml").read_text()) == text, \
+        "the README's table of assignments is stale: run python -m autograder.readme"
+
+
+def test_every_make_target_is_in_the_readmes_table():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", makefile, re.M).group(1).replace("\\\n", " ").split()
+    text = (ROOT / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `make ")]
+    assert {target for target in phony if not any(f"`make {target}" in row or f", `make {target}" in row
+                                                  for row in rows)} == set()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+def test_every_link_leads_somewhere(page):
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            assert target.startswith(("https://", "http://", "mailto:")), target
+            continue
+        path_part, _, anchor = target.partition("#")
+        destination = (page.parent / path_part).resolve() if path_part else page
+        if ROOT not in destination.parents and destination != ROOT:
+            broken.append(f"{target}: outside the repository")
+        elif not destination.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
+            broken.append(f"{target}: no such heading")
+    assert broken == [], f"{page.name}: {broken}"
+
+
+def test_nothing_links_outside_the_repository():
+    for page in PAGES:
+        assert "../shared" not in page.read_text(), page.name
+
+
+def test_the_authoring_example_runs_on_this_course(tmp_path):
+    """docs/authoring.md's `make exercise` line, on a copy of the course: its id is free and it writes."""
+    line = next(line for line in (ROOT / "docs" / "authoring.md").read_text().splitlines()
+                if line.startswith("make exercise "))
+    args = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+    import shutil
+    for part in ("course.yml", "solutions", "README.md"):
+        source = ROOT / part
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
+    for folder in ("autograder/suites", "tests/catalogue"):
+        (tmp_path / folder).mkdir(parents=True)
+    written = scaffold(args["ID"], args["ASSIGNMENT"], args["FUNCTION"], args.get("TITLE", "").strip('"') or None,
+                       root=tmp_path)
+    assert (tmp_path / "tests" / "catalogue" / f"{args['ID']}.py") in written
