@@ -13,7 +13,6 @@ whole catalogue with the same functions.
 
 import argparse
 import functools
-import json
 import re
 import shutil
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, GAMING, MISTAKES, VARIANTS, cause_text
 from tests.conftest import run_grader
-from tests.notebooks import COURSE, make_submission, solution_answers
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments for exercise in assignment.exercises}
 MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
@@ -164,6 +163,16 @@ def run_as_a_student(exercise, folder):
     return ""
 
 
+def todos(exercise):
+    """Where the exercise's parts still say TODO (an untouched scaffold): ["path (n)", ...]."""
+    assignment = COURSE.assignment(ASSIGNMENT_OF[exercise])
+    notebook = next(nb for nb in assignment.notebooks if any(e.id == exercise for e in nb.exercises))
+    suite = next(e.suite for e in assignment.exercises if e.id == exercise)
+    parts = (suite, ROOT / "tests" / "catalogue" / f"{exercise}.py", COURSE.source_notebook(assignment, notebook))
+    return [f"{path.relative_to(ROOT)} ({path.read_text().count('TODO')})" for path in parts
+            if path.exists() and "TODO" in path.read_text()]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("exercise", choices=sorted(ASSIGNMENT_OF))
@@ -177,6 +186,10 @@ def main(argv=None):
                                            ("stub", assignment, {})])
     full = MAX_SCORE[args.exercise]
     problems = 0
+    left = todos(args.exercise)
+    print(f"{'FAIL' if left else 'ok  '} no TODO left in the exercise's parts" +
+          (f"\n       still to write: {', '.join(left)}" if left else ""))
+    problems += bool(left)
     failure = run_as_a_student(args.exercise, root / "as-a-student")
     print(f"{'FAIL' if failure else 'ok  '} the released notebook, run as a student runs it with the reference "
           f"answers, up to check_{args.exercise}" + (f"\n       {failure}" if failure else ""))

@@ -66,3 +66,13 @@ def test_refuses_a_taken_id_and_writes_nothing(course_copy):
     with pytest.raises(CourseError, match="already exists; nothing was written"):
         scaffold("fresh", "kv_cache", "f", root=course_copy)
     assert (course_copy / "course.yml").read_text() == text
+
+
+def test_a_numpy_notebook_gets_a_numpy_check_and_stub(course_copy):
+    """attention_basics imports NumPy only: a torch check there would be a NameError for students."""
+    written = scaffold("scaled_scores", "attention_basics", "scaled_scores", root=course_copy)
+    nb = nbformat.read(course_copy / "solutions/attention_basics/attention_basics.ipynb", as_version=4)
+    answer, check = nb.cells[-2].source, nb.cells[-1].source
+    assert "x.copy()" in answer and "np.random.default_rng" in check and "torch" not in answer + check
+    suite, catalogue = written[2].read_text(), written[3].read_text()
+    assert ".numpy()" in suite and '"ndarray"' in suite and "np.zeros_like(x)" in catalogue
