@@ -100,7 +100,7 @@ def gradescope_files(course, assignment):
     root = course.root
     files = [(KIT_FILES / "gradescope" / "setup.sh", "setup.sh"),
              (KIT_FILES / "gradescope" / "run_autograder", "run_autograder"),
-             (root / "requirements.txt", "requirements.txt"),
+             *[(path, path.name) for path in sorted((KIT_FILES / "gradescope").glob("requirements-3.*.txt"))],
              (root / "course.yml", "course.yml"),
              (root / "nbgrader_config.py", "nbgrader_config.py")]
     package = root / "autograder"

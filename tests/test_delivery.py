@@ -14,6 +14,7 @@ import pytest
 from autograder.intake import SubmissionError
 from autograder.kits import KIT_FILES
 from tests.conftest import run_grader
+from tests.gradescope_locks import LOCKS, PYTHONS, error_of, pip_for, torch_pin
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [KIT_FILES / "self-check.yml"]
@@ -191,6 +192,22 @@ def test_student_kit_has_notebooks_readme_requirements_and_workflow(kit):
 
 
 # -- Gradescope --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("short,python", sorted(PYTHONS.items()))
+def test_the_gradescope_lock_of_each_python_resolves(short, python, tmp_path):
+    """pip's resolver, for the Python of each Gradescope image (metadata only): the lock with its
+    dependencies, and torch at the course's version on its own (it comes from the CPU-only index)."""
+    lock_file = LOCKS / f"requirements-{short}.txt"
+    pins = [line for line in lock_file.read_text().splitlines() if line and not line.startswith("#")]
+    assert pins[0] == torch_pin()
+    rest = tmp_path / "without-torch.txt"
+    rest.write_text("\n".join(pins[1:]) + "\n")
+    process = pip_for(python, "-r", str(rest))
+    assert process.returncode == 0, error_of(process)
+    process = pip_for(python, "--no-deps", torch_pin())
+    assert process.returncode == 0, error_of(process)
+    names = {pin.split("==")[0].lower() for pin in pins}
+    assert {"numpy", "matplotlib", "nbformat", "pytest", "pyyaml", "networkx", "pyseccomp"} <= names
 
 HANGING = "def scaled_dot_product_attention(q, k, v, mask=None):\n    while True:\n        pass\n"
 GRADESCOPE_FIELDS = {"score", "execution_time", "output", "stdout_visibility", "tests"}

@@ -82,3 +82,10 @@ def test_the_authoring_example_runs_on_this_course(tmp_path):
     written = scaffold(args["ID"], args["ASSIGNMENT"], args["FUNCTION"], args.get("TITLE", "").strip('"') or None,
                        root=tmp_path)
     assert (tmp_path / "tests" / "catalogue" / f"{args['ID']}.py") in written
+
+
+def test_the_layout_names_every_module():
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    modules = [path for path in (ROOT / "autograder").rglob("*.py") if path.name != "__init__.py"
+               and not (path.parent.name == "suites" and path.name.startswith("test_"))]
+    assert [str(path.relative_to(ROOT)) for path in modules if path.name not in layout] == []

@@ -128,7 +128,8 @@ def close(actual, expected, what, hint="", mistakes=None, picture=None):
     if is_close(actual_tensor, expected_tensor):
         return
     named = known_mistake(actual_tensor, mistakes)
-    difference = (actual_tensor.detach().double() - expected_tensor.double()).abs()
+    actual_tensor, expected_tensor = actual_tensor.detach(), expected_tensor.detach()  # numbers, not a graph
+    difference = (actual_tensor.double() - expected_tensor.double()).abs()
     difference = difference[torch.isfinite(difference)]
     largest = f"{float(difference.max()):.3g}" if difference.numel() else "NaN"
     fraction = 1.0 - float(torch.isclose(actual_tensor.to(expected_tensor.dtype), expected_tensor,
