@@ -13,6 +13,7 @@ whole catalogue with the same functions.
 
 import argparse
 import functools
+import json
 import re
 import shutil
 import sys

@@ -217,7 +217,7 @@ def test_each_pushed_commit_is_answered_with_its_scores_and_feedback(term):
 def test_only_the_repository_that_moved_is_fetched_graded_and_answered_again(term):
     _, _, _, second, _ = term
     assert "1 repositories collected" in second[0] and "collected bob" in second[0]
-    assert "1 to grade" in second[1] and "3 unchanged" in second[1] and "1 commits answered" in second[2]
+    assert "1 submission(s) of 1 student(s) to grade" in second[1] and "3 unchanged" in second[1] and "1 commits answered" in second[2]
 
 
 def test_a_late_push_is_late_by_githubs_clock(term):
