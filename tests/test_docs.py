@@ -89,3 +89,11 @@ def test_the_layout_names_every_module():
     modules = [path for path in (ROOT / "autograder").rglob("*.py") if path.name != "__init__.py"
                and not (path.parent.name == "suites" and path.name.startswith("test_"))]
     assert [str(path.relative_to(ROOT)) for path in modules if path.name not in layout] == []
+
+
+def test_the_catalogues_counts_in_the_docs_are_the_catalogues():
+    from tests.catalogue import DEGENERATES, MISTAKES, VARIANTS
+    text = " ".join((ROOT / "docs" / "grading.md").read_text().split())
+    exact = len(MISTAKES) - sum(bool(mistake.also_fails) for mistake in MISTAKES)
+    assert f"{exact} of the {len(MISTAKES)} mistakes fail exactly their properties" in text
+    assert f"beside its {len(MISTAKES)} mistakes and {len(VARIANTS)} variants, {len(DEGENERATES)} **degenerate" in text

@@ -190,7 +190,7 @@ def test_report_without_grading_is_a_one_line_error(tmp_path):
 
 def test_each_submission_is_graded_in_exactly_one_shard(graded):
     merged, _, stdout, shards = graded
-    counts = [int(count) for count in re.findall(r"(\d+) to grade", stdout)]
+    counts = [int(count) for count in re.findall(r"(\d+) submission\(s\) of \d+ student\(s\) to grade", stdout)]
     with open(merged / "grades.csv") as handle:
         graded_rows = [row for row in csv.DictReader(handle) if row["status"] != "not submitted"]
     found = [sorted((row["student"], row["assignment"]) for row in csv.DictReader(open(shard / "grades.csv"))
