@@ -103,7 +103,7 @@ class Recorder:
 
     def __init__(self, db_url, course, autograded_root):
         self.db_url, self.course, self.autograded_root = db_url, course, Path(autograded_root)
-        self.policy = CourseLatePolicy()
+        self.policy = CourseLatePolicy.for_course(course)  # the late policy of the course being graded
         self.gradebook = None
 
     def close(self):

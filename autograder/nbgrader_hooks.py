@@ -87,6 +87,14 @@ class CourseFile(Configurable):
 
     course_file = Unicode("", help="course.yml of the course (default: the one beside autograder/)").tag(config=True)
 
+    @classmethod
+    def for_course(cls, course):
+        """The hook for a course already loaded (what grade-class was given with --course), so that
+        it never reads another course.yml than the grading did."""
+        hook = cls()
+        hook._course = course
+        return hook
+
     @property
     def course(self):
         if not hasattr(self, "_course"):

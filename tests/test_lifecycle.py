@@ -10,12 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from nbgrader.api import Gradebook
 
-from tests.notebooks import ROOT, make_submission, solution_answers
+from tests.conftest import run_grader
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 DUE = "2026-11-01T23:59:00+00:00"
 ODD = ("s_wrongnb", "s_empty", "s_corrupt")
@@ -300,3 +302,40 @@ def test_release_takes_a_typo_fix_after_submissions_and_says_what_changed(course
     assert process.returncode == 0, process.stderr
     assert "masks: released masks.ipynb (masks.ipynb: 2 cell(s) changed in markdown or comments only" in process.stdout
     assert "(revised)" in released.read_text()
+
+
+def test_a_course_given_with_course_grades_with_its_own_late_policy(tmp_path):
+    """grade-class --course <a copy whose late policy differs>, run from this repository: the late
+    penalty in the gradebook is the copy's policy's, and grades.csv, the wide export, the feedback
+    and nbgrader's export agree with it (the gradebook's plugin once read the default course.yml)."""
+    copy = tmp_path / "other"
+    copy.mkdir()
+    text = (ROOT / "course.yml").read_text().replace(
+        "limits:\n", "late_policy:\n  percent_per_day: 25\n  grace_minutes: 0\n  max_percent: 100\n\nlimits:\n", 1)
+    assert "late_policy" not in (ROOT / "course.yml").read_text()   # the repository's own course has none
+    (copy / "course.yml").write_text(text)
+    for name in ("solutions", "exercises"):
+        (copy / name).symlink_to(ROOT / name)
+    due = COURSE.assignment("masks").due
+    folder = tmp_path / "submitted" / "late_lea" / "masks"
+    make_submission("masks", solution_answers("masks"), folder)
+    (folder / "timestamp.txt").write_text(f"{due + timedelta(days=1, hours=2):%Y-%m-%d %H:%M:%S.%f} UTC")
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    process = run_grader("--course", copy / "course.yml", "grade-class", "--submitted", tmp_path / "submitted",
+                         "--out", tmp_path / "out", "--db", db, "--autograded", tmp_path / "autograded")
+    assert process.returncode == 0, process.stderr
+    with open(tmp_path / "out" / "grades.csv") as handle:
+        row, = csv.DictReader(handle)
+    assert float(row["late_penalty"]) == pytest.approx(0.5 * float(row["score"]))   # two started days x 25 %
+    with Gradebook(db) as gradebook:
+        assert gradebook.find_submission("masks", "late_lea").late_submission_penalty == \
+            pytest.approx(float(row["late_penalty"]))
+    with open(tmp_path / "out" / "grades_wide.csv") as handle:
+        assert float(next(csv.DictReader(handle))["masks"]) == pytest.approx(float(row["final_score"]))
+    assert "late policy" in (tmp_path / "out" / "feedback" / "late_lea" / "masks" / "feedback.md").read_text()
+    export = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", "--to", str(tmp_path / "export.csv"),
+                             f"--CourseDirectory.db_url={db}"], cwd=tmp_path, capture_output=True, text=True)
+    assert export.returncode == 0, export.stderr
+    with open(tmp_path / "export.csv") as handle:
+        exported, = [r for r in csv.DictReader(handle) if r["student_id"] == "late_lea"]
+    assert float(exported["late_submission_penalty"]) == pytest.approx(float(row["late_penalty"]))
