@@ -171,6 +171,12 @@ class SubmissionResult(Scored):
         """The shape Gradescope reads from results.json; visibility: exercise id -> when its
         tests are shown (default: visible)."""
         visibility = visibility or {}
+        exercises = list(dict.fromkeys(test.exercise for test in self.tests))   # in the notebook's order
+        seen = {}
+
+        def number(test):  # "exercise.test", both counted from 1, as Gradescope orders and shows them
+            seen[test.exercise] = seen.get(test.exercise, 0) + 1
+            return f"{exercises.index(test.exercise) + 1}.{seen[test.exercise]}"
         return {
             "score": round(self.final_score, 4),
             "max_score": round(self.max_score, 4),
@@ -179,10 +185,15 @@ class SubmissionResult(Scored):
                 [f"{self.final_score:g} / {self.max_score:g} points"
                  + (f" ({self.late_penalty:g} taken for lateness)" if self.late_penalty else "")]
                 + [f"{exercise}: {note}" for notebook in self.notebooks for exercise, note in notebook.notes.items()]),
+            "output_format": "md",
+            "test_output_format": "md",
+            "visibility": "visible",
             "stdout_visibility": "hidden",
-            "tests": [{"name": test.name, "score": round(test.score, 4), "max_score": test.max_score,
+            "tests": [{"name": test.name, "number": number(test), "tags": [test.exercise],
+                       "score": round(test.score, 4), "max_score": test.max_score,
                        "status": "passed" if test.score >= test.max_score else "failed",
-                       "output": test.output, "visibility": visibility.get(test.exercise, "visible")}
+                       "output": test.output, "output_format": "md",
+                       "visibility": visibility.get(test.exercise, "visible")}
                       for test in self.tests],
         }
 

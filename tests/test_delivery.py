@@ -215,8 +215,13 @@ def test_the_gradescope_lock_of_each_python_resolves(tmp_path):
         assert {"numpy", "matplotlib", "nbformat", "pytest", "pyyaml", "networkx", "pyseccomp"} <= names, short
 
 HANGING = "def scaled_dot_product_attention(q, k, v, mask=None):\n    while True:\n        pass\n"
-GRADESCOPE_FIELDS = {"score", "execution_time", "output", "stdout_visibility", "tests"}
-TEST_FIELDS = {"name", "score", "max_score", "status", "output", "visibility"}
+# Gradescope's results.json specification: every field it defines, at the top and per test.
+SPEC_FIELDS = {"score", "execution_time", "output", "output_format", "test_output_format", "test_name_format",
+               "visibility", "stdout_visibility", "extra_data", "tests", "leaderboard"}
+SPEC_TEST_FIELDS = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format",
+                    "tags", "visibility", "extra_data"}
+GRADESCOPE_FIELDS = {"score", "execution_time", "output", "output_format", "visibility", "stdout_visibility", "tests"}
+TEST_FIELDS = {"name", "number", "tags", "score", "max_score", "status", "output", "output_format", "visibility"}
 
 
 @pytest.fixture(scope="module")
@@ -259,8 +264,9 @@ def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdou
         stdout.append(process.stdout)
     result = json.loads((tree / "results" / "results.json").read_text())
     assert {"score", "output", "stdout_visibility", "tests"} <= set(result)
+    assert set(result) - {"max_score"} <= SPEC_FIELDS   # nothing Gradescope does not define (max_score: ours)
     for test in result["tests"]:
-        assert TEST_FIELDS <= set(test)
+        assert TEST_FIELDS <= set(test) <= SPEC_TEST_FIELDS
     return result
 
 
@@ -274,6 +280,9 @@ def test_gradescope_perfect_submission_whatever_its_name(autograder_tree, tmp_pa
         tmp_path, solution_answers("scaled_attention"))})
     assert GRADESCOPE_FIELDS <= set(result)
     assert result["score"] == 16 and all(t["status"] == "passed" for t in result["tests"])
+    assert (result["output_format"], result["test_output_format"]) == ("md", "md")
+    assert [t["number"] for t in result["tests"]] == [f"1.{i}" for i in range(1, len(result["tests"]) + 1)]
+    assert {tag for t in result["tests"] for tag in t["tags"]} == {"sdpa"}
 
 
 def test_gradescope_corrupt_and_missing_and_several_notebooks(autograder_tree, tmp_path):
