@@ -172,12 +172,10 @@ def _grade_tasks(course, layout, tasks, report):
     open_grader(course, body)
 
 
-def _work(course_path, out, tasks, events):
-    """The body of one grading process: pull tasks until the queue says stop."""
-    from autograder.course import load_course
-
+def _work(course, out, tasks, events):
+    """The body of one grading process (forked: it has the course the class is graded by, loaded
+    once, whatever file it came from): pull tasks until the queue says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    course = load_course(course_path)
     layout = Layout(out, course.visibility())
     logging.basicConfig(filename=layout.log, level=logging.INFO)
     try:
@@ -205,7 +203,7 @@ def _parallel(course, layout, pending, jobs, on_done, meanwhile):
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
         tasks.put(task)
-    workers = [context.Process(target=_work, args=(str(course.root / "course.yml"), str(layout.out), tasks, events),
+    workers = [context.Process(target=_work, args=(course, str(layout.out), tasks, events),
                                daemon=True) for _ in range(min(jobs, len(pending)))]
     for worker in workers:
         tasks.put(None)
@@ -265,6 +263,92 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
         _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
     else:
         _parallel(course, layout, pending, jobs, on_done, meanwhile)
+
+
+# -- a class, from the folder to the published grades: what grade-class (and each shard) runs ------
+
+@dataclass
+class ClassRun:
+    """One grading of a class: what was chosen, what it gave.  grade-class prints it."""
+    layout: Layout
+    tasks: list                 # every submission chosen (students x assignments, in this shard)
+    pending: list               # those that need grading (new or changed, or all with force)
+    strays: list                # what under submitted/ is no <student>/<assignment>/ folder
+    shard: tuple = None
+    before: dict = None         # the scores before this run, by (student, assignment)
+    results: list = None        # every graded submission in the output folder, after the run
+    interrupted: bool = False
+
+    @property
+    def to_grade(self):
+        return [task for task in self.pending if handed_in(task)]
+
+    @property
+    def unchanged(self):
+        return sum(1 for task in self.tasks if handed_in(task)) - len(self.to_grade)
+
+    @property
+    def graded(self):
+        """The results of this run's submissions (the output folder may hold others)."""
+        chosen = {(task.student, task.assignment) for task in self.tasks}
+        return [result for result in self.results or [] if (result.student, result.assignment) in chosen]
+
+
+def prepare_class(course, submitted, out, *, assignments=None, students=None, shard=None, force=False):
+    """The ClassRun of a class before grading: its output folder made, the submissions chosen.  A
+    shard that holds none of the class's submissions is marked finished here (nothing to do: a
+    ClassRun without tasks); CourseError when nothing at all is found."""
+    submitted = Path(submitted)
+    if not submitted.is_dir():
+        raise CourseError(f"no submissions folder at {submitted}")
+    for assignment in assignments or []:
+        course.assignment(assignment)  # an unknown id is an error, not an empty run
+    layout = Layout(out, course.visibility())
+    layout.out.mkdir(parents=True, exist_ok=True)
+    if shard:
+        layout.shard_manifest.unlink(missing_ok=True)  # written again when this run has graded all of its shard
+    tasks, pending, strays = select_tasks(course, submitted, layout, assignments=assignments, students=students,
+                                          shard=shard, force=force)
+    if not tasks and shard and find_submissions(course, submitted, assignments)[0]:
+        layout.results.mkdir(parents=True, exist_ok=True)
+        layout.finish_shard(shard, [])
+    elif not tasks:
+        raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
+                          + (" for the given --student/--assignment/--shard" if students or assignments or shard
+                             else ""))
+    return ClassRun(layout, tasks, pending, strays, shard=shard, before=previous_scores(layout))
+
+
+def grade_class(course, chosen, db_url, autograded, jobs, update):
+    """Grade what `chosen` (a ClassRun) holds pending, record each submission in nbgrader's gradebook as it is done,
+    publish grades.csv and the wide export, and mark a shard finished; update(task, result) after
+    each.  Ctrl-C stops it with what was graded saved (chosen.interrupted)."""
+    from autograder import gradebook
+
+    recorder = gradebook.Recorder(db_url, course, autograded)
+
+    def prepare():  # while the grading processes start
+        gradebook.prepare(db_url, course, {task.assignment for task in chosen.tasks}, only_new=True)
+
+    def on_done(task):
+        result = chosen.layout.graded_one(task.student, task.assignment)
+        try:
+            recorder.record(result, task.folder)
+        except Exception:  # the grade is on disk; --force records it again
+            log.exception("could not record %s in the gradebook", task.key)
+            print(f"warning: {task.key} is graded but not in the gradebook (see {chosen.layout.log})", file=sys.stderr)
+        update(task, result)
+    try:
+        run(course, chosen.layout, chosen.pending, jobs, on_done, prepare)
+    except KeyboardInterrupt:
+        chosen.interrupted = True
+    finally:
+        update.close()
+        recorder.close()
+        chosen.results = publish(course, chosen.layout, db_url)
+    if chosen.shard and not chosen.interrupted and all(chosen.layout.read_record(t.student, t.assignment) for t in chosen.tasks):
+        chosen.layout.finish_shard(chosen.shard, [task.key for task in chosen.tasks])
+    return chosen
 
 
 # -- publishing: everything below is made from the records on disk ----------------------------

@@ -12,7 +12,6 @@ from autograder.intake import SubmissionError, find_notebooks
 from autograder.sandbox import cgroup
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
-log = logging.getLogger("autograder")
 
 
 def _grade(args, course):
@@ -141,81 +140,40 @@ def _warn_without_accounting():
 
 
 def _grade_class(args, course):
-    from autograder import classroom, gradebook
-    from autograder.layout import Layout
+    from autograder import classroom
 
-    submitted = Path(args.submitted)
-    if not submitted.is_dir():
-        raise CourseError(f"no submissions folder at {submitted}")
-    for assignment in args.assignment or []:
-        course.assignment(assignment)  # an unknown id is an error, not an empty run
     if course.limits.sandbox != "none":
         probe()
     _warn_without_accounting()
-    layout = Layout(args.out, course.visibility())
-    layout.out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(filename=layout.log, level=logging.INFO, force=True)
-    if args.shard:
-        layout.shard_manifest.unlink(missing_ok=True)  # written again when this run has graded all of its shard
-    tasks, pending, strays = classroom.select_tasks(course, submitted, layout, assignments=args.assignment,
-                                            students=args.student, shard=args.shard, force=args.force)
-    if not tasks and args.shard and classroom.find_submissions(course, submitted, args.assignment)[0]:
-        layout.results.mkdir(parents=True, exist_ok=True)
-        layout.finish_shard(args.shard, [])
+    chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
+                                     students=args.student, shard=args.shard, force=args.force)
+    logging.basicConfig(filename=chosen.layout.log, level=logging.INFO, force=True)
+    if not chosen.tasks:
         print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
         return 0
-    if not tasks:
-        raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
-                          + (" for the given --student/--assignment/--shard" if
-                             args.student or args.assignment or args.shard else ""))
-    before = classroom.previous_scores(layout)
-    to_grade = [task for task in pending if classroom.handed_in(task)]
-    unchanged = sum(1 for task in tasks if classroom.handed_in(task)) - len(to_grade)
-    jobs = args.jobs or classroom.default_jobs()
+    to_grade, jobs = chosen.to_grade, args.jobs or classroom.default_jobs()
     print((f"{len(to_grade)} submission(s) of {len({task.student for task in to_grade})} student(s) to grade with "
-           f"{classroom.effective_jobs(jobs, pending)} job(s)" if to_grade else "Nothing to grade")
-          + (f"; {unchanged} unchanged since graded (make grade FORCE=1, or --force, grades them again)"
-             if unchanged else ""), flush=True)
-    autograded = Path(args.autograded or submitted.parent / "autograded")
-    update = classroom.progress(len(pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
-    interrupted = False
-
-    recorder = gradebook.Recorder(args.db, course, autograded)
-
-    def prepare():  # while the grading processes start
-        gradebook.prepare(args.db, course, {task.assignment for task in tasks}, only_new=True)
-
-    def on_done(task):
-        result = layout.graded_one(task.student, task.assignment)
-        try:
-            recorder.record(result, task.folder)
-        except Exception:  # the grade is on disk; --force records it again
-            log.exception("could not record %s in the gradebook", task.key)
-            print(f"warning: {task.key} is graded but not in the gradebook (see {layout.log})", file=sys.stderr)
-        update(task, result)
-    try:
-        classroom.run(course, layout, pending, jobs, on_done, prepare)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        update.close()
-        recorder.close()
-        results = classroom.publish(course, layout, args.db)
-    graded = [r for r in results if (r.student, r.assignment) in {(t.student, t.assignment) for t in tasks}]
+           f"{classroom.effective_jobs(jobs, chosen.pending)} job(s)" if to_grade else "Nothing to grade")
+          + (f"; {chosen.unchanged} unchanged since graded (make grade FORCE=1, or --force, grades them again)"
+             if chosen.unchanged else ""), flush=True)
+    autograded = Path(args.autograded or Path(args.submitted).parent / "autograded")
+    update = classroom.progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
+    classroom.grade_class(course, chosen, args.db, autograded, jobs, update)
+    results, graded, layout = chosen.results, chosen.graded, chosen.layout
     if args.table:
         print()
         print(classroom.summary_table(graded))
-    changed = classroom.changes(before, results)
-    print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if before else "")
+    changed = classroom.changes(chosen.before, results)
+    print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if chosen.before else "")
     flagged = [result for result in graded if result.flags]
     if flagged:
         print("\nFor the instructor (code that reaches into torch internals or the grader's guard scores 0 "
               "there; a grader failure tells the student no more):\n"
               + "\n".join(f"  {result.student} / {result.assignment}: {result.flags}" for result in flagged))
-    if strays:
-        print(f"\nNot graded: {len(strays)} entr{'y' if len(strays) == 1 else 'ies'} under {submitted}/ "
-              "that are no <student>/<assignment>/ folder:\n"
-              + "\n".join(f"  {stray.path}: {stray.reason}" for stray in strays))
+    if chosen.strays:
+        print(f"\nNot graded: {len(chosen.strays)} entr{'y' if len(chosen.strays) == 1 else 'ies'} under "
+              f"{args.submitted}/ that are no <student>/<assignment>/ folder:\n"
+              + "\n".join(f"  {stray.path}: {stray.reason}" for stray in chosen.strays))
     missing = classroom.not_submitted_line(graded)
     if missing:
         print(missing)
@@ -223,12 +181,10 @@ def _grade_class(args, course):
     print(f"Grades: {layout.grades_csv} ({len(rows)} submission(s) of {len({r.student for r in rows})} student(s)"
           f"{f', {len(results) - len(rows)} not submitted' if len(results) > len(rows) else ''})   "
           f"wide: {layout.wide_csv}   feedback: {layout.feedback_root}   gradebook: {args.db}")
-    if interrupted:
+    if chosen.interrupted:
         print("interrupted: what was graded is saved; run the same command again to grade the rest",
               file=sys.stderr)
         return 130
-    if args.shard and all(layout.read_record(task.student, task.assignment) for task in tasks):
-        layout.finish_shard(args.shard, [task.key for task in tasks])
     return 0
 
 
