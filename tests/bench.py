@@ -157,7 +157,7 @@ def memory_spread(runs):
     import statistics
     from autograder.harness.context import Student
     from autograder.student import Cell, StudentProcess, Worker
-    from autograder.suites import kit as A
+    from autograder.suites import helpers as A
     from tests.catalogue import VARIANTS
 
     answers = solution_answers("flash_attention")

@@ -10,7 +10,7 @@ test_mla.py: a RoPE slip is charged to apply_rope alone)."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {

@@ -7,7 +7,7 @@ bytes costs its own test only."""
 import torch
 
 from autograder.harness import checks
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {

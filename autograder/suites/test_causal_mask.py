@@ -4,7 +4,7 @@ import torch
 
 from autograder.harness import checks
 from autograder.pictures import Picture
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 D_IN, D_OUT, CONTEXT = 5, 6, 9

@@ -1,7 +1,7 @@
 """Hidden tests for split_heads(x, num_heads) and merge_heads(x)."""
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

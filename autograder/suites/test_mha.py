@@ -3,7 +3,7 @@
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

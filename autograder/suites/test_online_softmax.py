@@ -6,7 +6,7 @@ running state (m, l) links one block to the next: the student's code never sees 
 import numpy as np
 
 from autograder.harness import checks
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

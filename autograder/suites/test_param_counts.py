@@ -1,7 +1,7 @@
 """Hidden tests for qkv_parameter_counts(d_model, num_heads, bias=False) -> dict of three counts."""
 
 from autograder.harness import checks
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 KEYS = ("full_heads", "split_heads", "fused")
 CASES = [(48, 6), (20, 4), (512, 8)]

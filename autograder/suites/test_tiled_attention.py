@@ -11,7 +11,7 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

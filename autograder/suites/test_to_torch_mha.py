@@ -7,7 +7,7 @@ MultiHeadAttention costs points in that exercise only."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 # float32 unless a test says otherwise: the dtype has its own test.
 DTYPE = torch.float32

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks
-from autograder.suites import kit as A
+from autograder.suites import helpers as A
 
 
 def trained_pattern_model(student, reference, num_heads, steps, sequences):

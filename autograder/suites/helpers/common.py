@@ -1,0 +1,306 @@
+"""What every suite shares: inputs, sizes, crash hints, the torch reference, module runs, gradient
+checks, and the attention maths of the grader's side (once, with the switches its named mistakes need)."""
+
+import contextlib
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.harness import checks
+from autograder.harness.checks import Feedback
+from autograder.harness.plugin import student_message
+from autograder.student import StudentError
+
+
+# Distinct sizes, so that a transpose or a reshape over the wrong axis cannot go unnoticed.
+B, H, SQ, SK, D_K, D_V = 2, 3, 5, 7, 4, 6
+D_MODEL = H * D_K
+
+
+SHAPE_ERRORS = ("size of tensor", "shapes cannot be multiplied", "must match the size", "shape '[",
+                "mat1 and mat2", "operands could not be broadcast", "matmul: Input operand",
+                "not broadcastable", "dimension", "expanded size", "out of range")
+
+
+@contextlib.contextmanager
+def crash_hint(hint, when=SHAPE_ERRORS):
+    """When the student's code raises an error whose message says one of `when` (by default, a
+    mismatch of shapes), show their error and traceback, then the likely cause; any other error
+    is shown as it is.  `hint` may also be a list of (signs, hint) pairs: the first that matches;
+    a hint may be a function, called only then, that finds the cause ('' when it cannot)."""
+    causes = hint if isinstance(hint, list) else [(when, hint)]
+    try:
+        yield
+    except StudentError as error:
+        if error.kind == "NotImplementedError":
+            raise
+        for signs, cause in causes:
+            if any(sign in error.message for sign in signs):
+                cause = cause() if callable(cause) else cause
+                raise Feedback(student_message(error), f"Likely cause: {cause}" if cause else "") from None
+        raise
+
+
+def randn(*shape, dtype=torch.float64, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=dtype)
+
+
+def qkv(leading=(B, H), sq=SQ, sk=SK, d_k=D_K, d_v=D_V, dtype=torch.float64, seed=0):
+    return (randn(*leading, sq, d_k, dtype=dtype, seed=seed),
+            randn(*leading, sk, d_k, dtype=dtype, seed=seed + 1),
+            randn(*leading, sk, d_v, dtype=dtype, seed=seed + 2))
+
+
+def random_mask(*shape, seed=0):
+    """A boolean mask (True = may attend) with at least one allowed and one blocked key per row."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(*shape, generator=generator) > 0.4
+    rows = mask.shape[-1]
+    first = torch.randint(rows, shape[:-1], generator=generator)
+    mask.scatter_(-1, first.unsqueeze(-1), True)
+    blocked = (first + 1 + torch.randint(rows - 1, shape[:-1], generator=generator)) % rows
+    mask.scatter_(-1, blocked.unsqueeze(-1), False)
+    return mask
+
+
+def tril(sq, sk=None):
+    return torch.ones(sq, sk or sq, dtype=torch.bool).tril()
+
+
+BACKWARD_HINT = ("The backward pass failed: an in-place operation (masked_fill_, /=, +=) on a tensor that "
+                 "autograd still needs breaks it; use the out-of-place forms.")
+INPLACE_ERRORS = ("inplace operation", "in-place operation")
+CUT_HINT = ("Its path to the output is cut: something is detached, converted to NumPy, or rebuilt as a "
+            "new tensor from its values.")
+
+
+# -- torch as the independent reference ------------------------------------------------------
+
+def torch_attention(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def torch_weights(q, k, mask=None):
+    return attention(q, k, k, mask)[1]
+
+
+# -- modules: parameters, runs, ValueErrors, gradients, causality --------------------------------
+
+PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
+
+
+def linear_parameters(shapes, bias=True, dtype=torch.float64, seed=10):
+    """Random weights for named nn.Linear layers; shapes maps a name to (d_out, d_in)."""
+    params = {}
+    for offset, (name, (d_out, d_in)) in enumerate(shapes.items()):
+        params[f"{name}.weight"] = randn(d_out, d_in, dtype=dtype, seed=seed + offset) / d_in ** 0.5
+        if bias:
+            params[f"{name}.bias"] = randn(d_out, dtype=dtype, seed=seed + 10 + offset) * 0.1
+    return params
+
+
+def has_bias(params):
+    return any(name.endswith(".bias") for name in params)
+
+
+def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
+    """Random weights for W_q, W_k, W_v, W_o, named as in the student's module."""
+    return linear_parameters({name: (d_model, d_model) for name in PROJECTIONS}, bias, dtype, seed)
+
+
+def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
+               train=False, grad_outputs=None, functions=(), stand_in=None, count_flops=False, held=False):
+    """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
+    `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("load", {name: value}) to change
+    parameters between two calls) and then `functions`
+    ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
+    count_flops: the reply's "flops" counts the matrix products of the last function; held: the reply's
+    "held" lists the tensors the module keeps outside its parameters."""
+    steps = []
+    for call in calls:
+        if call[0] == "load":  # ("load", {name: value}): new values for parameters between two calls
+            steps.append({"load": dict(call[1]), "args": [], "kwargs": {}})
+            continue
+        method, args, kwargs = call if len(call) == 3 else ("forward", *call)
+        steps.append({"method": method, "args": list(args), "kwargs": dict(kwargs)})
+    for function, args, kwargs in functions:
+        steps.append({"function": function, "args": list(args), "kwargs": dict(kwargs)})
+    if count_flops:
+        steps[-1]["count_flops"] = True
+    try:
+        return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
+                              steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
+                              grad_outputs=grad_outputs or [[] for _ in steps], held=held)
+    except StudentError as error:
+        if error.kind == "AttributeError" and "no parameter named" in error.message:
+            raise Feedback(f"{error.message}.", "Keep the parameter names the exercise asks for.") from None
+        if error.kind == "ValueError" and "has shape" in error.message and "<cell" not in error.traceback:
+            raise Feedback(f"{cls}: parameter {error.message}.", "Check the sizes of the nn.Linear layers.") from None
+        raise
+
+
+def expect_value_error(attempt, what, hint):
+    """attempt() must make the student's code raise ValueError.  A missing name (the cell that
+    should define it did not run) or an untouched stub is passed on, to be reported as such."""
+    try:
+        attempt()
+    except StudentError as error:
+        if error.kind in ("NameError", "NotImplementedError"):
+            raise
+        checks.require(error.kind == "ValueError", f"{what} raised {error.kind}, not ValueError.", hint)
+        return
+    raise Feedback(f"{what} was accepted.", hint)
+
+
+def check_gradients(reply, forward, params, inputs, upstream, seed=900):
+    """The gradients autograd gave through the student's forward (reply: input of the first call,
+    then parameters) equal finite differences of that same forward, run again: along one random
+    direction of the inputs and every parameter.  A wrong value elsewhere cannot fail this.
+
+    forward(params, inputs) -> the outputs of the student's forward; upstream: one gradient per output.
+    """
+    got = dict(reply["param_grads"])
+    got.update(zip(inputs, reply["input_grads"][0]))
+    point = {**inputs, **params}
+    for name in point:
+        checks.require(got.get(name) is not None, f"No gradient reaches {name}.", CUT_HINT)
+    direction = {name: randn(*value.shape, seed=seed + index) for index, (name, value) in enumerate(point.items())}
+
+    def loss(shift):
+        moved = {name: value + shift * direction[name] for name, value in point.items()}
+        outputs = forward({name: moved[name] for name in params}, {name: moved[name] for name in inputs})
+        return sum(float((output.double() * grad).sum()) for output, grad in zip(outputs, upstream))
+
+    step = 1e-3
+    numeric = (loss(step) - loss(-step)) / (2 * step)
+    analytic = sum(float((got[name].double() * direction[name]).sum()) for name in point)
+    if math.isnan(numeric):  # the forward itself gives NaN: its own tests say so, nothing to compare here
+        return
+    checks.require(abs(numeric - analytic) <= 1e-3 * (1 + abs(numeric)),
+                   f"The gradients disagree with your own forward pass: along a random direction of the "
+                   f"inputs and parameters they give {analytic:.6g}, finite differences give {numeric:.6g}.")
+
+
+def mha_stand_in(d_model=D_MODEL, num_heads=H, bias=True):
+    """What the statement of MultiHeadAttention promises later exercises: d_model, num_heads, d_k
+    and the four projections (see Student.module)."""
+    return {"attributes": {"d_model": d_model, "num_heads": num_heads, "d_k": d_model // num_heads},
+            "linears": {name: [d_model, d_model, bias] for name in PROJECTIONS}}
+
+
+def torch_mha(params, num_heads, query, key, value, mask=None):
+    """nn.MultiheadAttention with the same weights: the independent reference."""
+    d_model = query.shape[-1]
+    bias = has_bias(params)
+    module = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True, dtype=query.dtype)
+    with torch.no_grad():
+        module.in_proj_weight.copy_(torch.cat([params[f"{n}.weight"] for n in PROJECTIONS[:3]]))
+        module.out_proj.weight.copy_(params["W_o.weight"])
+        if bias:
+            module.in_proj_bias.copy_(torch.cat([params[f"{n}.bias"] for n in PROJECTIONS[:3]]))
+            module.out_proj.bias.copy_(params["W_o.bias"])
+    attn_mask = None if mask is None else ~mask  # nn.MultiheadAttention: True = blocked
+    return module(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+
+
+def causal_mha(params, num_heads, x):
+    """Causal self-attention with nn.MultiheadAttention and the given W_q...W_o."""
+    return torch_mha(params, num_heads, x, x, x, tril(x.shape[1]))
+
+
+def changed_tokens(x, seed=700):
+    """x, then one copy of x per position with that token replaced: the inputs of `influence`."""
+    copies = [x]
+    for position in range(x.shape[1]):
+        changed = x.clone()
+        changed[:, position] = randn(x.shape[0], x.shape[2], dtype=x.dtype, seed=seed + position)
+        copies.append(changed)
+    return copies
+
+
+def influence(outputs):
+    """[T, T]: how much output i of the first sequence moves when token j changes, from the
+    outputs for changed_tokens(x); below 1e-9 counts as not at all."""
+    base = outputs[0][0]
+    moved = torch.stack([(changed[0] - base).abs().amax(-1) for changed in outputs[1:]], dim=1)
+    return moved.double().masked_fill(moved < 1e-9, 0.0)
+
+
+def check_causal(moved, what):
+    """Output i must not move when a later token changes; a failure shows the dependency map."""
+    checks.exactly_zero_where(moved, ~tril(moved.shape[0]), what, "A position must not see later positions.",
+                              yours="how much output i moves when token j changes")
+
+
+# -- the attention maths of the grader's side, with the switches its named mistakes need ---------
+
+def attention(q, k, v, mask=None, *, scale=None, dim=-1, invert=False, mask_after=False, add=False):
+    """(output, weights) of scaled dot-product attention (True = may attend; a row with no allowed
+    key gets zeros); each keyword is one named mistake's switch."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None and invert:
+        mask = ~mask
+    if mask is not None and add:
+        scores, mask = scores + mask.to(scores.dtype), None
+    if mask is not None and not mask_after:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+    if mask is not None and mask_after:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights
+
+
+def heads_of(x, num_heads):
+    """[B, S, H * d_k] -> [B, H, S, d_k]."""
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2)
+
+
+def named(causes, **found):
+    """{cause text: what that mistake gives}, from a suite's CAUSES and its keys: the feedback then
+    says "It matches what <cause text> gives." when a student's value equals one of them."""
+    return {causes[key]: value for key, value in found.items()}
+
+
+def pick(mistakes, index):
+    """The index-th item (0 = output, 1 = weights) of every mistaken pair."""
+    return {name: values[index] for name, values in mistakes.items()}
+
+
+def multi_head(params, num_heads, query, key, value, mask=None, *, scale=None, shared=False,
+               output_projection=True, merge_transposed=True):
+    """Multi-head attention with W_q...W_o from params, written out so that each mistake below is one
+    switch: the attention maths stay those of `attention`."""
+    def project(name, x):
+        return F.linear(x, params[f"{name}.weight"], params.get(f"{name}.bias"))
+
+    q = heads_of(project("W_q", query), num_heads)
+    k = heads_of(project("W_q" if shared else "W_k", key), num_heads)
+    v = heads_of(project("W_q" if shared else "W_v", value), num_heads)
+    context, weights = attention(q, k, v, mask, scale=scale)
+    b, h, s, d_k = context.shape
+    merged = context.transpose(1, 2).reshape(b, s, h * d_k) if merge_transposed else context.reshape(b, s, h * d_k)
+    return (project("W_o", merged) if output_projection else merged), weights
+
+
+MHA_CAUSES = {
+    "shared_projection": "one projection (W_q) for queries, keys and values; W_k and W_v are never used",
+    "no_output_projection": "leaving out the output projection W_o",
+    "scale_d_model": "scaling by sqrt(d_model) instead of sqrt(d_k) of one head",
+    "merge_without_transpose": "merging the heads with a reshape of [B, H, S, d_k] without moving the head "
+                               "axis back first",
+}
+
+
+def mha_mistakes(params, num_heads, query, key, value, mask=None):
+    """The named mistakes of a module with W_q...W_o (MultiHeadAttention, CausalSelfAttention):
+    cause text -> (output, weights)."""
+    def run(**switch):
+        return multi_head(params, num_heads, query, key, value, mask, **switch)
+    return named(MHA_CAUSES, shared_projection=run(shared=True), no_output_projection=run(output_projection=False),
+                 scale_d_model=run(scale=1 / math.sqrt(query.shape[-1])),
+                 merge_without_transpose=run(merge_transposed=False))

@@ -1,0 +1,142 @@
+"""Tiled attention (the flash_attention assignment): the logsumexp, the long inputs whose memory is
+measured from outside the student's process, and the counted work of a call's products."""
+
+import functools
+import math
+
+import torch
+
+from autograder.harness import checks
+from autograder.harness.checks import Feedback
+from autograder.suites.helpers.common import named, randn, tril
+
+
+def logsumexp(q, k, mask=None):
+    """The natural logarithm of each query's sum of exp(scaled scores) over its allowed keys."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.logsumexp(dim=-1)
+
+
+# The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands far out in a call's memory.
+MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 32, 256
+# What a fresh child holds to run a notebook's cells and take one call, beside the call's own tensors,
+# in the kernel's accounting (measured on the course's own answer: 3.5 to 6 MiB; see docs of make bench).
+RUNTIME_BYTES = 8 << 20
+HELD_AHEAD = ("The notebook's cells already held {held} before the call started: memory made ahead of the "
+              "call (a workspace, a cache of scores) counts as the call's. Keep no large tensors at the top "
+              "level of your cells.")
+
+
+def memory_inputs(count, seed):
+    """`count` float32 tensors [1, 1, MEMORY_N, MEMORY_D]."""
+    return [randn(1, 1, MEMORY_N, MEMORY_D, seed=seed + i, dtype=torch.float32) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=None)
+def memory_reference(seed, causal=False):
+    """(q, k, v, out, lse) of the forward's memory input: the grader's attention in float32 (the
+    inputs' dtype), causal or not, computed once per grading process."""
+    q, k, v = memory_inputs(3, seed)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(MEMORY_D)
+    if causal:
+        scores.masked_fill_(~tril(MEMORY_N), float("-inf"))
+    lse = scores.logsumexp(dim=-1)
+    return q, k, v, torch.exp(scores - lse[..., None]) @ v, lse
+
+
+@functools.lru_cache(maxsize=None)
+def memory_gradients(seed):
+    """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, in float32 and in closed
+    form (dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = dS K / sqrt(d); dK = dS^T Q / sqrt(d)),
+    computed once per grading process."""
+    q, k, v, d_out = memory_inputs(4, seed)
+    scale = 1 / math.sqrt(MEMORY_D)
+    scores = q @ k.transpose(-2, -1) * scale
+    lse = scores.logsumexp(dim=-1)
+    weights = torch.exp(scores.sub_(lse[..., None]))
+    del scores
+    out = weights @ v
+    dv = weights.transpose(-2, -1) @ d_out
+    weights.mul_(d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
+    return q, k, v, d_out, out, lse, weights @ k * scale, weights.transpose(-2, -1) @ q * scale, dv
+
+
+def check_inputs_unchanged(reply, inputs, names, function, hint):
+    """A call made with echo_args=True left its first inputs as they were handed in."""
+    for before, after, name in zip(inputs, reply["args_after"], names):
+        checks.require(isinstance(after, torch.Tensor) and torch.equal(after, before),
+                       f"{function} changed its input {name} in place.", hint)
+
+
+def megabytes(count):
+    return f"{count / 2**20:.1f} MiB"
+
+
+MEASURED_WRONG = "The measured call must first give the right answer: the memory of a wrong answer earns nothing."
+
+
+def check_measured_values(actual, expected, what, names, mistakes_of=None):
+    """A measured point is earned only by the right answer: the values of the very call that was
+    measured, on its own inputs, within float32's tolerance.  mistakes_of(index), called only when
+    a value is wrong, gives the named mistakes of that output (they are costly on long inputs)."""
+    for index, (value, want, name) in enumerate(zip(actual, expected, names)):
+        checks.shape(value, want.shape, f"{name} of {what}")
+        if checks.is_close(checks.as_tensor(value), want):
+            continue
+        mistakes = {name: found.to(want.dtype) for name, found in (mistakes_of(index) if mistakes_of else {}).items()}
+        named = checks.known_mistake(checks.as_tensor(value), mistakes)
+        checks.close(value, want, f"{name} of {what}",
+                     f"{MEASURED_WRONG} {named}" if named else MEASURED_WRONG)
+
+
+def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {MEMORY_BLOCK}"):
+    """A call of `function` on the memory inputs (made with measure_memory=True, with `blocks`
+    (as the feedback words them: MEMORY_BLOCK, or the statement's defaults), in a fresh child) was charged at most RUNTIME_BYTES, a quarter of one [N, N]
+    float32 `matrix`, and three times `tensors`, the call's inputs and outputs (its window also holds
+    the request as it arrives and the reply as it leaves).  With the kernel's accounting the charge
+    is everything the child held at the call's worst moment since before the notebook's first line
+    ran; `whole` is the hint when the call itself reached the size of that matrix."""
+    peak = reply.get("peak_memory")
+    what = f"{function} on {MEMORY_N} queries and {MEMORY_N} keys (d = {MEMORY_D}, float32, {blocks})"
+    if peak is None:
+        raise Feedback(f"The memory of {what} could not be measured (the process stopped during the call).")
+    matrix_bytes = MEMORY_N * MEMORY_N * 4
+    allowed = RUNTIME_BYTES + matrix_bytes // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
+    if peak.bytes <= allowed:
+        return
+    held = f" ({megabytes(peak.held_before)} of it held before the call)" if peak.accounting == "cgroup" else ""
+    if peak.held_before >= matrix_bytes // 4:
+        hint = HELD_AHEAD.format(held=megabytes(peak.held_before))
+    elif peak.bytes - peak.held_before >= matrix_bytes:
+        hint = whole
+    else:
+        hint = "Hold one tile of scores at a time."
+    raise Feedback(f"{what} held {megabytes(peak.bytes)} of memory at its peak{held}, where {megabytes(allowed)} "
+                   f"is allowed (one {MEMORY_N} x {MEMORY_N} float32 {matrix} is {megabytes(matrix_bytes)}).", hint)
+
+
+# -- counted work: the FLOPs of a call's products, counted in the student's process (sandbox/counter.py) ---
+
+HIDDEN_WORK = ("Do the products with torch (@, torch.matmul, einsum or element-wise products): work done in "
+               "NumPy or with Python numbers cannot be counted, and a count below what the algorithm itself "
+               "needs earns nothing.")
+
+
+def check_work(reply, what, low, high, observed, too_much):
+    """The counted call's FLOPs (reply of a request with count_flops) lie in [low, high]: above is
+    `too_much` (the hint), below is work the count cannot see.  The count must have stayed whole and
+    the call must have been the child's only thread."""
+    if not reply.get("count_intact", False):
+        raise Feedback(f"The count of {what}'s work was switched off or changed while it ran.",
+                       "Leave the grader's FLOP counter alone: the count of a call is what it did.")
+    if reply.get("other_threads"):
+        raise Feedback(f"{what} ran beside {reply['other_threads']} other thread(s) started by the notebook; "
+                       "their work cannot be counted.", "Start no threads in the notebook's cells.")
+    flops = reply["flops"]
+    if flops > high:
+        raise Feedback(f"{what} did {flops:,} floating-point operations in its products; {observed}", too_much)
+    if flops < low:
+        raise Feedback(f"{what} did {flops:,} floating-point operations in products torch could count, fewer "
+                       f"than the {low:,} that computing every score it needs takes.", HIDDEN_WORK)
