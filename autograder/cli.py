@@ -15,7 +15,7 @@ from autograder.sandbox.jail import SandboxUnavailable, probe
 
 
 def _grade(args, course):
-    from autograder.grading import open_grader
+    from autograder.grading import grade_one
     from autograder.results import write_json
 
     assignment = course.assignment(args.assignment)
@@ -31,8 +31,7 @@ def _grade(args, course):
     else:
         notebooks = {assignment.notebooks[0].name: path}  # any file name will do
     _warn_without_accounting()
-    result = open_grader(course, lambda grader: grader.grade_submission(
-        assignment, path.parent, args.student, notebooks=notebooks), assignments=[assignment.id])
+    result = grade_one(course, assignment, path.parent, args.student, notebooks)
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
@@ -79,9 +78,8 @@ def _gradescope(args, course):
     if reason:
         result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
     else:
-        from autograder.grading import open_grader  # torch: only when there is something to grade
-        result = open_grader(course, lambda grader: grader.grade_submission(
-            assignment, args.submission, notebooks=chosen), assignments=[assignment.id])
+        from autograder.grading import grade_one  # torch: only when there is something to grade
+        result = grade_one(course, assignment, args.submission, notebooks=chosen)
     write_json(result, Path(args.results), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0

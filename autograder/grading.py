@@ -95,6 +95,14 @@ class Grader:
         return result
 
 
+def grade_one(course, assignment, folder, student="student", notebooks=None):
+    """One submission graded by a grader of its own, started for it and for its assignment's suites
+    alone: what `grade`, Gradescope's runner and nbgrader's preprocessor do (a class is graded by
+    classroom.grade_class, one warm grader per process)."""
+    return open_grader(course, lambda grader: grader.grade_submission(assignment, folder, student, notebooks=notebooks),
+                       assignments=[assignment.id])
+
+
 def open_grader(course, body, assignments=None):
     """Start a warm worker, collect the suites (of the given assignments, or the whole course)
     while it starts, and call body(grader)."""

@@ -107,7 +107,7 @@ class HiddenSuites(NbGraderPreprocessor, CourseFile):
     """nbgrader preprocessor: grade the notebook with the hidden suites (in place of Execute)."""
 
     def preprocess(self, nb, resources):
-        from autograder.grading import open_grader
+        from autograder.grading import grade_one
 
         course = self.course
         assignment = course.assignment(resources["nbgrader"]["assignment"])
@@ -115,9 +115,7 @@ class HiddenSuites(NbGraderPreprocessor, CourseFile):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / f"{name}.ipynb"
             nbformat.write(nb, path)
-            result = open_grader(course, lambda grader: grader.grade_submission(
-                assignment, folder, resources["nbgrader"]["student"], notebooks={name: path}),
-                assignments=[assignment.id])
+            result = grade_one(course, assignment, folder, resources["nbgrader"]["student"], {name: path})
         graded = next(notebook for notebook in result.notebooks if notebook.notebook == name)
         return annotate(nb, graded), resources
 
