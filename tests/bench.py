@@ -164,6 +164,7 @@ def memory_spread(runs):
     einsum = next(v.code for v in VARIANTS if v.exercise == "tiled_attention" and "einsum" in v.code)
     honest = {"reference": answers["tiled_attention"], "einsum variant": einsum}
     q, k, v, out, lse = A.memory_reference(12)
+    cq, ck, cv, c_out, c_lse = A.memory_reference(12, causal=True)
     bq, bk, bv, d_out, b_out, b_lse, *_ = A.memory_gradients(20)
     matrix = A.MEMORY_N * A.MEMORY_N * 4
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -178,6 +179,7 @@ def memory_spread(runs):
                     student = Student(process)
                     for function, args, tensors in (
                             ("flash_attention", (q, k, v, False, A.MEMORY_BLOCK, A.MEMORY_BLOCK), (q, k, v, out, lse)),
+                            ("flash_attention", (cq, ck, cv, True), (cq, ck, cv, c_out, c_lse)),   # default blocks
                             ("flash_attention_backward", (bq, bk, bv, b_out, b_lse, d_out, False, A.MEMORY_BLOCK,
                                                           A.MEMORY_BLOCK), (bq, bk, bv, d_out, b_out, b_lse, bq, bk, bv))):
                         if function == "flash_attention_backward" and name != "reference":
@@ -185,7 +187,8 @@ def memory_spread(runs):
                         allowed = A.RUNTIME_BYTES + matrix // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
                         peaks = [student.call(function, *args, measure_memory=True)["peak_memory"].bytes / 2**20
                                  for _ in range(runs)]
-                        rows.append({"answer": name, "function": function, "runs": runs, "min_mib": round(min(peaks), 1),
+                        rows.append({"answer": name, "function": function + ("(causal)" if args[3] is True else ""),
+                                     "runs": runs, "min_mib": round(min(peaks), 1),
                                      "median_mib": round(statistics.median(peaks), 1), "max_mib": round(max(peaks), 1),
                                      "allowed_mib": round(allowed / 2**20, 1), "accounting": worker.accounting.describe()
                                      if worker.accounting else worker.accounting_problem})
