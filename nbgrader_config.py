@@ -20,7 +20,8 @@ try:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import AssignLatePenalties, CheckCellMetadata, LimitOutput, SaveAutoGrades
 
-    from autograder.nbgrader_hooks import CourseLatePolicy, HiddenSuites
+    from autograder.nbgrader_form import CourseLatePolicy
+    from autograder.nbgrader_hooks import HiddenSuites
 except ImportError:  # a copy of this file outside the course (make release's scratch folder)
     pass
 else:

@@ -3,7 +3,7 @@
 `prepare` gives the gradebook each assignment's structure (nbgrader's SaveCells on the released
 notebooks, and the due date).  `record` does for one graded submission what `nbgrader autograde`
 does after running a notebook: the submission, without outputs and with the hidden suites' scores
-and feedback in its autograded cells (nbgrader_hooks.annotate), goes to nbgrader's
+and feedback in its autograded cells (nbgrader_form.annotate), goes to nbgrader's
 autograded/<student>/<assignment>/ folder, and the gradebook gets the automatic scores (nbgrader's
 determine_grade) and the late penalty (nbgrader's late-submission plugin), as SaveAutoGrades and
 AssignLatePenalties would write them, in one session.  So formgrader lists the submission as
@@ -24,7 +24,7 @@ from sqlalchemy.exc import SAWarning
 
 from autograder.course import CourseError
 from autograder.intake import SubmissionError, read_file
-from autograder.nbgrader_hooks import CourseLatePolicy, annotate
+from autograder.nbgrader_form import CourseLatePolicy, annotate
 from autograder.submission import read_notebook
 
 log = logging.getLogger("autograder")

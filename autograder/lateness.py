@@ -6,7 +6,7 @@
       max_percent: 50
 
 Lateness comes from nbgrader's timestamp.txt in the submission folder (what `nbgrader collect`
-writes).  The same policy is nbgrader's late-submission plugin (nbgrader_hooks.CourseLatePolicy,
+writes).  The same policy is nbgrader's late-submission plugin (nbgrader_form.CourseLatePolicy,
 configured in nbgrader_config.py), so nbgrader's own tools apply exactly what `make grade` does.
 """
 
