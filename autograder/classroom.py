@@ -13,7 +13,6 @@ import csv
 import difflib
 import fnmatch
 import hashlib
-import io
 import logging
 import multiprocessing
 import os
@@ -26,7 +25,8 @@ from pathlib import Path
 from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
-from autograder.results import SubmissionResult, from_record, grader_failed, not_graded, write_atomic, write_csv
+from autograder.files import write_csv
+from autograder.results import SubmissionResult, from_record, grader_failed, not_graded, write_grades_csv
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 
 log = logging.getLogger("autograder")
@@ -382,13 +382,9 @@ def publish(course, layout, db_url=None):
         for result in results:
             if result.manual:
                 layout.save_feedback(result)
-    write_csv(results, layout.grades_csv)
+    write_grades_csv(results, layout.grades_csv)
     rows, fields = wide_rows(course, results)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(layout.wide_csv, buffer.getvalue())
+    write_csv(layout.wide_csv, fields, rows)
     return results
 
 

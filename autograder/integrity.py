@@ -16,7 +16,6 @@ pairs, most similar first), integrity.html (each pair side by side, shared regio
 flags; the class's mistakes) and a section of report.md.
 """
 
-import csv
 import html
 import io
 import math
@@ -28,6 +27,7 @@ from pathlib import Path
 from copydetect import CodeFingerprint, compare_files
 from copydetect.utils import highlight_overlap
 
+from autograder.files import write_atomic, write_csv
 from autograder.intake import SubmissionError
 from autograder.submission import _nbgrader, _source, build_program, cell_kind, read_notebook
 
@@ -221,12 +221,9 @@ def write_integrity(course, layout, folder):
     class_size = len({r.student for r in grades})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["exercise", "first", "second", "score", "shared_fingerprints"])
-    writer.writerows([(p.exercise, p.first, p.second, f"{p.score:.3f}", p.shared) for p in pairs])
-    (folder / "integrity.csv").write_text(buffer.getvalue())
-    (folder / "integrity.html").write_text(page(pairs, flags, edits, table, class_size))
+    write_csv(folder / "integrity.csv", ["exercise", "first", "second", "score", "shared_fingerprints"],
+              [(p.exercise, p.first, p.second, f"{p.score:.3f}", p.shared) for p in pairs])
+    write_atomic(folder / "integrity.html", page(pairs, flags, edits, table, class_size))
     lines = ["## Similar answers", ""]
     lines += ([f"- {p.exercise}: {p.first} and {p.second}, {p.score:.0%} of the rarer answer's fingerprints"
                for p in pairs] or ["None above the threshold."]) + [""]

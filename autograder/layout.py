@@ -14,7 +14,8 @@
 import json
 from pathlib import Path
 
-from autograder.results import from_record, to_record, write_atomic, write_json
+from autograder.files import write_atomic
+from autograder.results import from_record, to_record, write_json
 
 
 class Layout:

@@ -21,11 +21,10 @@ LMS reports them on import) and named on the console.
 """
 
 import csv
-import io
 from pathlib import Path
 
 from autograder.course import CourseError
-from autograder.results import write_atomic
+from autograder.files import csv_text, write_atomic
 
 ROSTER_FIELDS = ("student", "name", "email", "sis_user_id", "sis_login_id", "section", "lms_user_id")
 
@@ -51,14 +50,6 @@ def read_roster(path):
     return roster
 
 
-def _csv(header, rows):
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def exports(course, wide_rows, roster):
     """{file name: text} for Canvas and Moodle, and the graded students missing from the roster."""
     rows, fields = wide_rows
@@ -82,7 +73,7 @@ def exports(course, wide_rows, roster):
     moodle = [["Username", "ID number", "Email address", "Full name", *titles]]
     moodle += [[who(s)["sis_login_id"] or s, who(s)["sis_user_id"], who(s)["email"], who(s)["name"],
                 *[score(s, a) for a in assignments]] for s in students]
-    return {"canvas.csv": _csv(canvas[0], canvas[1:]), "moodle.csv": _csv(moodle[0], moodle[1:])}, unknown
+    return {"canvas.csv": csv_text(canvas[0], canvas[1:]), "moodle.csv": csv_text(moodle[0], moodle[1:])}, unknown
 
 
 def write_exports(course, layout, wide_rows, roster_path):

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from autograder.course import CourseError
+from autograder.files import write_atomic, write_csv
 
 
 def grade_rows(out):
@@ -114,10 +115,7 @@ def write_report(out, folder=None, order=(), course=None):
     folder = Path(folder or Path(out) / "report")
     folder.mkdir(parents=True, exist_ok=True)
     rows = item_rows(by_assignment)
-    with open(folder / "item_analysis.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / "item_analysis.csv", list(rows[0]), rows)
     plot_scores(by_assignment, folder / "scores.png")
     flagged = [row for row in grades if row.get("flags")]
     text = markdown(by_assignment, rows, flagged)
@@ -126,5 +124,5 @@ def write_report(out, folder=None, order=(), course=None):
         from autograder.layout import Layout
         *_, lines = write_integrity(course, Layout(out), folder)
         text += "\n" + "\n".join(lines)
-    (folder / "report.md").write_text(text)
+    write_atomic(folder / "report.md", text)
     return folder

@@ -1,13 +1,10 @@
 """What a graded submission becomes: Gradescope's results.json, a CSV row, feedback text."""
 
-import csv
 import html
-import io
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from autograder.files import write_atomic, write_csv
 from autograder.pictures import Picture, png_base64
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "manual", "late_penalty", "final_score",
@@ -275,30 +272,14 @@ img {{ max-width: 100%; display: block; margin: .5rem 0; }}
 """
 
 
-def write_atomic(path, text):
-    """Write a file so that a crash leaves either the old content or the new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def write_json(result, path, visibility=None):
     write_atomic(path, json.dumps(result.gradescope(visibility), indent=2))
 
 
-def csv_text(results):
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for result in results:
-        writer.writerow(result.csv_row())
-    return buffer.getvalue()
+def write_grades_csv(results, path):
+    """grades.csv: one row per graded submission."""
+    write_csv(path, CSV_FIELDS, [result.csv_row() for result in results])
 
-
-def write_csv(results, path):
-    write_atomic(path, csv_text(results))
 
 
 # -- the record of a graded submission on disk (grade.json): what every other output is made from
