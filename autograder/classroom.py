@@ -294,15 +294,22 @@ class ClassRun:
         return [result for result in self.results or [] if (result.student, result.assignment) in chosen]
 
 
-def prepare_class(course, submitted, out, *, assignments=None, students=None, shard=None, force=False):
-    """The ClassRun of a class before grading: its output folder made, the submissions chosen.  A
-    shard that holds none of the class's submissions is marked finished here (nothing to do: a
-    ClassRun without tasks); CourseError when nothing at all is found."""
+def check_selection(course, submitted, assignments=None):
+    """The submissions folder as a Path; CourseError when it is missing or an assignment id is unknown
+    (an unknown id is an error, not an empty run)."""
     submitted = Path(submitted)
     if not submitted.is_dir():
         raise CourseError(f"no submissions folder at {submitted}")
     for assignment in assignments or []:
-        course.assignment(assignment)  # an unknown id is an error, not an empty run
+        course.assignment(assignment)
+    return submitted
+
+
+def prepare_class(course, submitted, out, *, assignments=None, students=None, shard=None, force=False):
+    """The ClassRun of a class before grading: its output folder made, the submissions chosen.  A
+    shard that holds none of the class's submissions is marked finished here (nothing to do: a
+    ClassRun without tasks); CourseError when nothing at all is found."""
+    submitted = check_selection(course, submitted, assignments)
     layout = Layout(out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     if shard:
@@ -346,7 +353,8 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
         update.close()
         recorder.close()
         chosen.results = publish(course, chosen.layout, db_url)
-    if chosen.shard and not chosen.interrupted and all(chosen.layout.read_record(t.student, t.assignment) for t in chosen.tasks):
+    recorded = {(result.student, result.assignment) for result in chosen.results}
+    if chosen.shard and not chosen.interrupted and all((t.student, t.assignment) in recorded for t in chosen.tasks):
         chosen.layout.finish_shard(chosen.shard, [task.key for task in chosen.tasks])
     return chosen
 

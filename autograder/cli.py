@@ -194,12 +194,9 @@ def _merge(args, course):
 
 
 def _grade_slurm(args, course):
+    from autograder import classroom
     from autograder.scale import slurm
-    submitted = Path(args.submitted)
-    if not submitted.is_dir():
-        raise CourseError(f"no submissions folder at {submitted}")
-    for assignment in args.assignment or []:
-        course.assignment(assignment)
+    submitted = classroom.check_selection(course, args.submitted, args.assignment)
     plan = slurm.plan(course, submitted=submitted, out=args.out, db=args.db,
                       autograded=args.autograded or submitted.parent / "autograded", shards=args.shards, jobs=args.jobs,
                       options={"partition": args.partition, "account": args.account, "time": args.time, "mem": args.mem,

@@ -174,10 +174,10 @@ def _reason(response):
 class Connection:
     """The tool's session with the platform: its access token and requests with bounded retries."""
 
-    def __init__(self, platform, private_key, transport=None, sleep=time.sleep):
-        self.platform, self.key, self.sleep = platform, private_key, sleep
+    def __init__(self, platform, private_key):
+        self.platform, self.key = platform, private_key
         self.kid = public_jwks(private_key)["keys"][0]["kid"]
-        self.http = httpx.Client(timeout=platform.timeout, transport=transport)
+        self.http = httpx.Client(timeout=platform.timeout)
         self.token = None
 
     def close(self):
@@ -212,13 +212,13 @@ class Connection:
             except httpx.TransportError as error:
                 if last:
                     raise PushError(0, f"no answer from {urlsplit(url).netloc} ({type(error).__name__})") from None
-                self.sleep(min(2 ** attempt, 8))
+                time.sleep(min(2 ** attempt, 8))
                 continue
             if response.status_code == 429 or response.status_code >= 500:
                 if last:
                     return response
                 retry_after = response.headers.get("Retry-After", "")
-                self.sleep(min(float(retry_after), 30.0) if retry_after.replace(".", "", 1).isdigit()
+                time.sleep(min(float(retry_after), 30.0) if retry_after.replace(".", "", 1).isdigit()
                            else min(2 ** attempt, 8))
                 continue
             return response
@@ -229,13 +229,12 @@ class Connection:
         headers = {"Authorization": f"Bearer {self.token}", "Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
-        response = self._send(method, url, headers=headers,
-                              content=None if body is None else json.dumps(body).encode())
+        content = None if body is None else json.dumps(body).encode()
+        response = self._send(method, url, headers=headers, content=content)
         if response.status_code == 401 and self.token:  # an access token that expired during a long push
             self.authenticate()
             headers["Authorization"] = f"Bearer {self.token}"
-            response = self._send(method, url, headers=headers,
-                                  content=None if body is None else json.dumps(body).encode())
+            response = self._send(method, url, headers=headers, content=content)
         if response.status_code >= 400:
             raise PushError(response.status_code, _reason(response))
         return response
@@ -330,8 +329,7 @@ def final_scores(course, results, assignments=None):
             for a in chosen}
 
 
-def push(course, platform, private_key, scores, roster, out, *, dry_run=False, force=False, say=print,
-         transport=None, sleep=time.sleep):
+def push(course, platform, private_key, scores, roster, out, *, dry_run=False, force=False, say=print):
     """Send `scores` (final_scores) for the roster's learners; the Outcome.  What was sent is kept in
     <out>/lms-pushed.json (not on a dry run)."""
     state_path = Path(out) / STATE
@@ -340,7 +338,7 @@ def push(course, platform, private_key, scores, roster, out, *, dry_run=False, f
     except ValueError:
         state = {}
     outcome = Outcome()
-    connection = Connection(platform, private_key, transport=transport, sleep=sleep)
+    connection = Connection(platform, private_key)
     try:
         connection.authenticate()
         mapped, outcome.refused = match_roster(roster, members(connection), platform.match)
