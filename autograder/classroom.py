@@ -26,7 +26,8 @@ from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
 from autograder.files import write_csv
-from autograder.results import SubmissionResult, from_record, grader_failed, not_graded, write_grades_csv
+from autograder.render import write_grades_csv
+from autograder.results import SubmissionResult, grader_failed, not_graded
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 
 log = logging.getLogger("autograder")
@@ -461,30 +462,6 @@ def handed_in(task):
     return not task.problem.startswith("not submitted") and Path(task.folder).is_dir()
 
 
-def not_submitted_line(results):
-    """One line for the results that are assignments not handed in (a row of 0 each), or ""."""
-    missing = {}
-    for result in results:
-        if result.missing:
-            missing[result.student] = missing.get(result.student, 0) + 1
-    if not missing:
-        return ""
-    shown = ", ".join(f"{student} ({count})" for student, count in sorted(missing.items())[:8])
-    more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-    return (f"Not submitted: {sum(missing.values())} assignment(s) of {len(missing)} student(s), a row of 0 each in "
-            f"grades.csv: {shown}{more}")
-
-
-def changes(before, results):
-    """Lines saying whose scores changed, from what to what."""
-    lines = []
-    for result in results:
-        key = (result.student, result.assignment)
-        if key in before and before[key] != result.final_score:
-            lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.final_score:g}")
-    return lines
-
-
 def previous_scores(layout):
     """(student, assignment) -> final score, as the last grades.csv gave them."""
     try:
@@ -499,39 +476,3 @@ def default_jobs():
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
-
-
-def summary_table(results):
-    rows = [("student", "assignment", "score", "status", "seconds")]
-    for result in results:
-        rows.append((result.student, result.assignment, f"{result.score:g} / {result.max_score:g}",
-                     result.reason or "graded", f"{result.seconds:.1f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = []
-    for index, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
-        if index == 0:
-            lines.append("-" * (sum(widths) + 2 * len(widths) + 7))
-    return "\n".join(lines)
-
-
-def progress(total, stream=None):
-    """A callback for each graded submission: a tqdm bar on a terminal, one line each otherwise (none
-    for an assignment that was not handed in)."""
-    stream = stream or sys.stderr
-    if stream.isatty():
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="submission", file=stream, dynamic_ncols=True)
-
-        def update(task, result):
-            bar.set_postfix_str(task.key, refresh=False)
-            bar.update(1)
-        update.close = bar.close
-        return update
-
-    def line(task, result):
-        if not result.missing:  # what was not handed in is summed up once, at the end
-            print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
-                  + (f"  ({result.reason})" if result.reason else ""), flush=True)
-    line.close = lambda: None
-    return line

@@ -16,7 +16,7 @@ from autograder.sandbox.jail import SandboxUnavailable, probe
 
 def _grade(args, course):
     from autograder.grading import grade_one
-    from autograder.results import write_json
+    from autograder.render import write_gradescope
 
     assignment = course.assignment(args.assignment)
     path = Path(args.notebook)
@@ -35,7 +35,7 @@ def _grade(args, course):
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
-        write_json(result, Path(args.json), course.visibility())
+        write_gradescope(result, Path(args.json), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0
 
@@ -60,7 +60,8 @@ def choose_notebooks(assignment, folder):
 def _gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
-    from autograder.results import GRADER_FAILED, SubmissionResult, not_graded, write_json
+    from autograder.render import write_gradescope
+    from autograder.results import GRADER_FAILED, SubmissionResult, not_graded
 
     assignment = course.assignment(args.assignment)
     reason = ""
@@ -80,7 +81,7 @@ def _gradescope(args, course):
     else:
         from autograder.grading import grade_one  # torch: only when there is something to grade
         result = grade_one(course, assignment, args.submission, notebooks=chosen)
-    write_json(result, Path(args.results), course.visibility())
+    write_gradescope(result, Path(args.results), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0
 
@@ -138,7 +139,7 @@ def _warn_without_accounting():
 
 
 def _grade_class(args, course):
-    from autograder import classroom
+    from autograder import classroom, render
 
     if course.limits.sandbox != "none":
         probe()
@@ -149,36 +150,12 @@ def _grade_class(args, course):
     if not chosen.tasks:
         print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
         return 0
-    to_grade, jobs = chosen.to_grade, args.jobs or classroom.default_jobs()
-    print((f"{len(to_grade)} submission(s) of {len({task.student for task in to_grade})} student(s) to grade with "
-           f"{classroom.effective_jobs(jobs, chosen.pending)} job(s)" if to_grade else "Nothing to grade")
-          + (f"; {chosen.unchanged} unchanged since graded (make grade FORCE=1, or --force, grades them again)"
-             if chosen.unchanged else ""), flush=True)
+    jobs = args.jobs or classroom.default_jobs()
+    print(render.class_plan(chosen, classroom.effective_jobs(jobs, chosen.pending)), flush=True)
     autograded = Path(args.autograded or Path(args.submitted).parent / "autograded")
-    update = classroom.progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
+    update = render.progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     classroom.grade_class(course, chosen, args.db, autograded, jobs, update)
-    results, graded, layout = chosen.results, chosen.graded, chosen.layout
-    if args.table:
-        print()
-        print(classroom.summary_table(graded))
-    changed = classroom.changes(chosen.before, results)
-    print(("\nScores that changed:\n" + "\n".join(changed)) if changed else "\nNo score changed." if chosen.before else "")
-    flagged = [result for result in graded if result.flags]
-    if flagged:
-        print("\nFor the instructor (code that reaches into torch internals or the grader's guard scores 0 "
-              "there; a grader failure tells the student no more):\n"
-              + "\n".join(f"  {result.student} / {result.assignment}: {result.flags}" for result in flagged))
-    if chosen.strays:
-        print(f"\nNot graded: {len(chosen.strays)} entr{'y' if len(chosen.strays) == 1 else 'ies'} under "
-              f"{args.submitted}/ that are no <student>/<assignment>/ folder:\n"
-              + "\n".join(f"  {stray.path}: {stray.reason}" for stray in chosen.strays))
-    missing = classroom.not_submitted_line(graded)
-    if missing:
-        print(missing)
-    rows = [r for r in results if not r.missing]
-    print(f"Grades: {layout.grades_csv} ({len(rows)} submission(s) of {len({r.student for r in rows})} student(s)"
-          f"{f', {len(results) - len(rows)} not submitted' if len(results) > len(rows) else ''})   "
-          f"wide: {layout.wide_csv}   feedback: {layout.feedback_root}   gradebook: {args.db}")
+    print(render.class_report(chosen, args.submitted, args.db, table=args.table))
     if chosen.interrupted:
         print("interrupted: what was graded is saved; run the same command again to grade the rest",
               file=sys.stderr)

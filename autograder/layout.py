@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 
 from autograder.files import write_atomic
-from autograder.results import from_record, to_record, write_json
+from autograder import render
+from autograder.results import from_record, to_record
 
 
 class Layout:
@@ -50,9 +51,9 @@ class Layout:
 
     def save_feedback(self, result):
         """Everything made from a result for the student: results.json and the feedback pages."""
-        write_json(result, self.results_json(result.student, result.assignment), self.visibility)
-        write_atomic(self.feedback(result.student, result.assignment), result.feedback())
-        write_atomic(self.feedback_html(result.student, result.assignment), result.feedback_html())
+        render.write_gradescope(result, self.results_json(result.student, result.assignment), self.visibility)
+        write_atomic(self.feedback(result.student, result.assignment), render.markdown(result))
+        write_atomic(self.feedback_html(result.student, result.assignment), render.html_page(result))
 
     def read_record(self, student, assignment):
         """The stored record of a submission as a dict, or None."""

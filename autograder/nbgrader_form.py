@@ -20,6 +20,7 @@ from traitlets import Unicode
 from traitlets.config import Configurable
 
 from autograder.pictures import Picture, png_base64
+from autograder.render import cell_text, sections
 from autograder.scoring import late_penalty
 
 
@@ -35,33 +36,16 @@ def alembic_head():
 api.get_alembic_version = alembic_head
 
 
-def exercise_feedback(notebook_result, exercise_id, section):
-    """(points, text) of one exercise in a NotebookResult: its Section (None when it has no
-    results), as plain text."""
-    points, possible = (section.score, section.max_score) if section else (0, 0)
-    lines = [f"Hidden tests of {exercise_id}: {points:g} / {possible:g}"]
-    if notebook_result.reason:
-        lines.append(f"Not graded: {notebook_result.reason}.")
-    elif section:
-        if section.note:
-            lines += [section.note, ""]
-        for group, output, _ in section.groups:
-            mark = "passed" if section.passed(group) else "failed"
-            lines.append("- " + ", ".join(f"{t.test} ({t.score:g}/{t.max_score:g})" for t in group) + f" {mark}")
-            lines += [f"    {line}" for line in output.splitlines()]
-    return points, "\n".join(lines) + "\n"
-
-
 def annotate(nb, notebook_result):
     """Write each exercise's score and feedback into its check_<exercise> cell (in place)."""
-    sections = {section.exercise: section for section in notebook_result.sections()}
+    by_id = {section.exercise: section for section in sections(notebook_result)}
     for cell in nb.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if cell.get("cell_type") != "code" or not str(grade_id).startswith("check_"):
             continue
         exercise_id = grade_id[len("check_"):]
-        section = sections.get(exercise_id)
-        points, text = exercise_feedback(notebook_result, exercise_id, section)
+        section = by_id.get(exercise_id)
+        points, text = cell_text(notebook_result, exercise_id, section)
         pictures = [Picture.from_dict(picture) for _, _, picture in section.groups if picture] if section else []
         cell.outputs = [
             nbformat.v4.new_output("stream", name="stdout", text=text),

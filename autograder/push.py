@@ -24,7 +24,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder import classroom
+from autograder import classroom, render
 from autograder.course import CourseError
 from autograder.forge import ForgeError, GitHub, Repository
 from autograder.intake import SubmissionError, name_problem, read_file
@@ -124,7 +124,7 @@ def comment_of(results, sha):
     lines += [f"- **{result.assignment}**: {status_of(result)[1]}" for result in results]
     for result in results:
         lines += ["", "<details><summary>" + f"Feedback: {result.assignment}" + "</summary>", "",
-                  result.feedback(), "", "</details>"]
+                  render.markdown(result), "", "</details>"]
     return "\n".join(lines)
 
 

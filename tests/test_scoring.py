@@ -1,6 +1,7 @@
 """Scoring is a pure function of what was observed: no process, no files, no pytest session."""
 
 from autograder.harness.plugin import Outcome
+from autograder import render
 from autograder.results import SubmissionResult
 from autograder.scoring import NOT_COUNTED, NOT_RUN, SAME_AS_GATE, score_notebook
 from autograder.student import CellReport
@@ -28,7 +29,7 @@ def test_a_syntax_error_is_reported_once_at_the_top_of_its_exercise():
     assert all(t.score == 0 and t.output.startswith(NOT_RUN) and "cell mha has a syntax error" in t.output
                for t in tests)
     assert list(result.notes) == ["mha"] and result.notes["mha"].count("SyntaxError") == 1
-    feedback = SubmissionResult("s", "multi_head", [result]).feedback()
+    feedback = render.markdown(SubmissionResult("s", "multi_head", [result]))
     assert feedback.count("SyntaxError: invalid syntax") == 1
     assert feedback.index("SyntaxError") < feedback.index("test_has_four_projections")
     # an exercise that does not use the broken cell hears nothing about it

@@ -8,7 +8,7 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
-from autograder.suites.helpers.common import named, randn, tril
+from autograder.suites.helpers.common import randn, tril
 
 
 def logsumexp(q, k, mask=None):
@@ -86,9 +86,9 @@ def check_measured_values(actual, expected, what, names, mistakes_of=None):
         if checks.is_close(checks.as_tensor(value), want):
             continue
         mistakes = {name: found.to(want.dtype) for name, found in (mistakes_of(index) if mistakes_of else {}).items()}
-        named = checks.known_mistake(checks.as_tensor(value), mistakes)
+        cause = checks.known_mistake(checks.as_tensor(value), mistakes)
         checks.close(value, want, f"{name} of {what}",
-                     f"{MEASURED_WRONG} {named}" if named else MEASURED_WRONG)
+                     f"{MEASURED_WRONG} {cause}" if cause else MEASURED_WRONG)
 
 
 def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {MEMORY_BLOCK}"):

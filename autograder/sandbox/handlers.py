@@ -1,0 +1,368 @@
+"""What a forked child of the warm worker answers (worker.py starts it, confined, and calls serve).
+
+Requests to a child (dicts with an "op"):
+  load    run the notebook's code cells in order, one at a time, each under a time limit
+  names   which of the given names the submission defines, and whether they are classes
+  call    call a function with inputs, optionally back-propagate given output gradients
+  module  build an nn.Module, optionally load parameters, run steps on it (a method of the module,
+          a notebook function that takes the module first, or new values for some parameters),
+          back-propagate
+A request with "from_scratch" runs under the attention guard (guard.py).
+
+Each reply is {"ok": True, "value": ...} or {"ok": False, "error": {type, message, traceback}}; the
+traceback holds only frames of the student's own cells.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+import warnings
+
+import torch
+
+import protocol
+from counter import Counted
+from guard import GUARD
+
+REQUESTS = REPLIES = None  # this child's pipe ends, set by serve
+
+
+class CellTimeout(BaseException):
+    """Raised inside student code when its time is up (BaseException: `except Exception` misses it)."""
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout()
+
+
+STUDENT_FILES = "<cell"
+
+
+def student_traceback(error):
+    """The traceback trimmed to frames in the student's own cells."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if frame.filename.startswith(STUDENT_FILES)]
+    lines = traceback.format_list(frames) if frames else []
+    lines += traceback.format_exception_only(type(error), error)
+    return "".join(lines)[-4000:]
+
+
+def describe_error(error):
+    if isinstance(error, CellTimeout):
+        return {"type": "Timeout", "message": "ran out of time", "traceback": ""}
+    return {"type": type(error).__name__, "message": str(error)[:1000],
+            "traceback": student_traceback(error)}
+
+
+class TimeLimit:
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __enter__(self):
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def ipython_to_python(source):
+    """Notebook cells may hold IPython-only lines (%magic, !shell); they do nothing when grading."""
+    if source.lstrip().startswith("%%"):
+        return ""
+    lines = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            line = line[: len(line) - len(stripped)] + "pass"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def fresh_namespace():
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace["display"] = lambda *args, **kwargs: None
+    namespace["get_ipython"] = lambda: None
+    return namespace
+
+
+NAMESPACE = fresh_namespace()
+
+
+def load(request):
+    results = []
+    for index, cell in enumerate(request["cells"]):
+        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index}))
+        label = cell["label"]
+        try:
+            code = compile(ipython_to_python(cell["source"]), f"<cell {label}>", "exec")
+        except SyntaxError as error:
+            results.append({"status": "syntax", **describe_error(error)})
+            continue
+        try:
+            with TimeLimit(request["cell_timeout"]):
+                exec(code, NAMESPACE)
+            results.append({"status": "ok"})
+        except BaseException as error:  # noqa: B902 - student code may raise anything, SystemExit too
+            status = "timeout" if isinstance(error, CellTimeout) else "error"
+            results.append({"status": status, **describe_error(error)})
+        finally:
+            _close_figures()
+    return {"cells": results}
+
+
+def _close_figures():
+    if "matplotlib.pyplot" in sys.modules:
+        try:
+            sys.modules["matplotlib.pyplot"].close("all")
+        except Exception:
+            pass
+
+
+def names(request):
+    found = {}
+    for name in request["names"]:
+        value = NAMESPACE.get(name)
+        if value is None:
+            continue
+        found[name] = "class" if isinstance(value, type) else "callable" if callable(value) else "value"
+    return {"names": found}
+
+
+def lookup(name):
+    if name not in NAMESPACE:
+        raise NameError(f"{name} is not defined in the notebook")
+    return NAMESPACE[name]
+
+
+def flat_tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in flat_tensors(item)]
+    return []
+
+
+def requires_grad(args):
+    return [arg.detach().clone().requires_grad_(True)
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point() else arg for arg in args]
+
+
+def backward(outputs, grad_outputs, sources):
+    """Back-propagate the given output gradients; return the gradient of each source (or None)."""
+    pairs = [(out, grad) for out, grad in zip(flat_tensors(outputs), grad_outputs)
+             if grad is not None and isinstance(out, torch.Tensor) and out.requires_grad]
+    wanted = [source for source in sources if isinstance(source, torch.Tensor) and source.requires_grad]
+    if not pairs or not wanted:
+        return [None] * len(sources)
+    grads = torch.autograd.grad([out for out, _ in pairs], wanted,
+                                [grad.to(out.dtype) for out, grad in pairs], allow_unused=True)
+    found = iter(grads)
+    return [next(found) if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sources]
+
+
+@contextlib.contextmanager
+def guarded(request):
+    GUARD.watch(bool(request.get("from_scratch")))
+    try:
+        yield
+    finally:
+        GUARD.check()
+
+
+def flop_counter(wanted):
+    """The count of the products' FLOPs (counter.py) when wanted, else a context that does nothing."""
+    return Counted() if wanted else contextlib.nullcontext()
+
+
+def counted(reply, count):
+    """The count's part of a reply: the FLOPs, and whether the counter was still whole after the call."""
+    reply["flops"] = int(count.flops)
+    reply["count_intact"] = bool(count.intact)
+    return reply
+
+
+def call(request):
+    function = lookup(request["name"])
+    args, kwargs = list(request["args"]), dict(request["kwargs"])
+    if request.get("grad"):
+        args = requires_grad(args)
+    count = flop_counter(request.get("count_flops"))
+    with TimeLimit(request["timeout"]), guarded(request):
+        torch.manual_seed(request.get("seed", 0))
+        with count:
+            output = function(*args, **kwargs)
+        grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
+    reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
+    if request.get("count_flops"):
+        counted(reply, count)
+    if request.get("echo_args"):
+        reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
+    return reply
+
+
+def stand_in(spec):
+    """A plain nn.Module with the attributes and nn.Linear layers an exercise's statement promises,
+    built from torch alone: a later exercise that takes such a module (to_torch_mha) is graded on
+    this one, so a slip in the student's own class is charged to that class only."""
+    module = torch.nn.Module()
+    for name, value in spec["attributes"].items():
+        setattr(module, name, value)
+    for name, (d_in, d_out, bias) in spec["linears"].items():
+        setattr(module, name, torch.nn.Linear(d_in, d_out, bias=bias))
+    return module
+
+
+def build_module(request):
+    torch.manual_seed(request.get("seed", 0))
+    if request.get("stand_in"):
+        module = stand_in(request["stand_in"])
+    else:
+        module = lookup(request["cls"])(*request["init_args"], **request["init_kwargs"])
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{request['cls']}(...) is not an nn.Module")
+    if request.get("dtype"):
+        module = module.to(request["dtype"])
+    load_parameters(module, request.get("load") or {}, request["cls"])
+    module.train(bool(request.get("train", False)))
+    return module
+
+
+def load_parameters(module, values, cls):
+    """Copy the given values into the module's own parameters (by name), in place."""
+    with torch.no_grad():
+        for name, value in values.items():
+            try:
+                parameter = module.get_parameter(name)
+            except AttributeError:
+                raise AttributeError(f"{cls} has no parameter named {name}") from None
+            if tuple(parameter.shape) != tuple(value.shape):
+                raise ValueError(f"{name} has shape {tuple(parameter.shape)}, "
+                                 f"expected {tuple(value.shape)}")
+            parameter.copy_(value)
+
+
+def describe_module(instance):
+    """A module cannot cross the pipe; its class name, state and plain attributes can."""
+    cls = type(instance)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}",
+            "state": {name: value.detach() for name, value in instance.state_dict().items()},
+            "attributes": {name: value for name, value in vars(instance).items()
+                           if not name.startswith("_") and isinstance(value, (int, float, bool, str))}}
+
+
+def held_tensors(instance):
+    """The tensors a module keeps that are not its parameters (a cache, buffers), wherever in its own
+    attributes or its submodules' it keeps them, each once."""
+    seen, held = set(), []
+
+    def visit(value, depth=0):
+        if isinstance(value, torch.nn.Parameter) or depth > 4:
+            return
+        if isinstance(value, torch.Tensor):
+            if id(value) not in seen:
+                seen.add(id(value))
+                held.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item, depth + 1)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item, depth + 1)
+
+    for part in instance.modules():
+        for name, value in vars(part).items():
+            if name not in ("_parameters", "_modules"):
+                visit(value)
+    return held
+
+
+def module(request):
+    counting = any(step.get("count_flops") for step in request.get("steps", []))
+    count = flop_counter(counting)
+    with TimeLimit(request["timeout"]), guarded(request):
+        instance = build_module(request)
+        own_buffers = {name: (buffer, buffer.data_ptr()) for name, buffer in instance.named_buffers()}
+        outputs, input_grads = [], []
+        step_args = []
+        for step in request.get("steps", []):
+            args = list(step["args"])
+            if request.get("grad"):
+                args = requires_grad(args)
+            step_args.append(args)
+            with count if step.get("count_flops") else contextlib.nullcontext():
+                if step.get("load"):  # the grader changes parameters between two steps
+                    load_parameters(instance, step["load"], request["cls"])
+                    result = None
+                elif step.get("function"):
+                    result = lookup(step["function"])(instance, *args, **step["kwargs"])
+                else:
+                    result = getattr(instance, step.get("method", "forward"))(*args, **step["kwargs"])
+            outputs.append(describe_module(result) if isinstance(result, torch.nn.Module) else result)
+        parameters = dict(instance.named_parameters())
+        param_grads = {}
+        if request.get("grad") and outputs:
+            sources = [arg for args in step_args for arg in args] + list(parameters.values())
+            grad_outputs = [grad for grads in request["grad_outputs"] for grad in grads]
+            flat = backward(tuple(outputs), grad_outputs, sources)
+            position = 0
+            for args in step_args:
+                input_grads.append(flat[position: position + len(args)])
+                position += len(args)
+            param_grads = dict(zip(parameters, flat[position:]))
+        attributes = {name: getattr(instance, name) for name in request.get("attributes", [])
+                      if isinstance(getattr(instance, name, None), (int, float, bool, str))}
+    held = held_tensors(instance)
+    reply = {
+        "outputs": outputs,
+        "held_elements": sum(tensor.numel() for tensor in held),
+        # what it keeps, by value, when the grader asks (a cache's content, not only its size)
+        "held": [tensor.detach() for tensor in held] if request.get("held") else [],
+        "parameters": {name: value.detach() for name, value in parameters.items()},
+        "buffers": {name: value for name, value in instance.named_buffers()},
+        # buffers the steps replaced by another tensor (or other storage) instead of writing into them
+        "replaced_buffers": [name for name, value in instance.named_buffers() if name in own_buffers
+                             and (value is not own_buffers[name][0] or value.data_ptr() != own_buffers[name][1])],
+        "param_grads": param_grads,
+        "input_grads": input_grads,
+        "attributes": attributes,
+        "training": instance.training,
+        "used_builtin_attention": GUARD.used,
+    }
+    if counting:
+        counted(reply, count)
+    return reply
+
+
+HANDLERS = {"load": load, "names": names, "call": call, "module": module}
+
+
+def serve(requests, replies):
+    """A child's life: answer requests until the grader says exit or closes the pipe."""
+    global REQUESTS, REPLIES
+    REQUESTS, REPLIES = requests, replies
+    sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
+    sys.stderr = open(os.devnull, "w")
+    warnings.simplefilter("ignore")
+    signal.signal(signal.SIGALRM, _on_alarm)
+    while True:
+        try:
+            request = protocol.decode(protocol.read_message(REQUESTS))
+        except (EOFError, OSError, protocol.ProtocolError):
+            return
+        if request.get("op") == "exit":
+            return
+        try:
+            reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
+        except BaseException as error:  # noqa: B902
+            reply = {"ok": False, "error": describe_error(error)}
+        try:
+            encoded = protocol.encode(reply)
+        except protocol.Unsupported as problem:
+            encoded = protocol.encode({"ok": False, "error": {
+                "type": "Unsupported", "message": f"returned {problem}", "traceback": ""}})
+        protocol.write_message(REPLIES, encoded)
+
+
