@@ -77,6 +77,8 @@ class Assignment:
     due: datetime = None    # with a time zone; None: no due date
     release: datetime = None  # when students get it (the student kit); None: see Course.released
     summary: str = ""         # what it teaches, in a line (the README's table of assignments)
+    kernels: str = ""         # "triton": its answers are Triton kernels (run by Triton's interpreter without a GPU)
+    packages: tuple = ()      # what it needs beyond the course's core, pinned in requirements.txt (e.g. triton)
 
     @property
     def exercises(self):
@@ -131,6 +133,25 @@ def parse_due(text, where, what="due"):
 
 SANDBOX_MODES = ("bwrap", "none")
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+
+
+KERNEL_KINDS = ("triton",)
+
+
+def _kernels(value, where):
+    if value in (None, ""):
+        return ""
+    if value not in KERNEL_KINDS:
+        raise CourseError(f"{where}: kernels must be one of {', '.join(KERNEL_KINDS)}, not {value!r}")
+    return value
+
+
+def _packages(value, where):
+    if value in (None, []):
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) and item.strip() for item in value):
+        raise CourseError(f"{where}: packages must be a list of package names (pinned in requirements.txt)")
+    return tuple(item.strip().lower() for item in value)
 
 
 def _limits(base, overrides, where):
@@ -206,6 +227,8 @@ def load_course(path=None):
         assignments.append(Assignment(
             id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
             summary=str(raw_assignment.get("summary", "")),
+            kernels=_kernels(raw_assignment.get("kernels"), where),
+            packages=_packages(raw_assignment.get("packages"), where),
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
             due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None,

@@ -24,6 +24,7 @@ from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
 from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.scoring import late_penalty, score_notebook
+from autograder.sandbox.jail import kernel_device
 from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
 
@@ -73,14 +74,15 @@ class Grader:
         except SubmissionError as error:
             return not_graded(notebook, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
-        process = StudentProcess(self.worker, program.cells, assignment.limits)
+        process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels)
         try:
             try:
                 process.start()                                                       # 3
             except StudentFailure as error:
                 return not_graded(notebook, f"the notebook could not be run: {error}")
             loaded = time.monotonic()
-            student = Student(process, [e.id for e in notebook.exercises if e.from_scratch])
+            student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
+                              device="cuda" if assignment.kernels and kernel_device() == "cuda" else None)
             outcomes = self.suites.run(notebook.exercises, student, reference)        # 4
             checked = time.monotonic()
         finally:

@@ -8,13 +8,18 @@ runs here.
 import contextlib
 import functools
 import io
+import os
 
+from autograder.sandbox.jail import kernel_environment
 from autograder.submission import cell_kind, read_notebook
 
 
 @functools.lru_cache(maxsize=None)
 def reference_namespace(solution_path):
     notebook = read_notebook(solution_path)
+    # A Triton kernel of a reference runs where a student's does (in the interpreter without a GPU).
+    for name, value in kernel_environment().items():
+        os.environ.setdefault(name, value)
     namespace = {"__name__": f"reference:{solution_path.stem}"}
     with contextlib.redirect_stdout(io.StringIO()):  # what the cells print is for students to read
         for cell in notebook.cells:

@@ -103,7 +103,20 @@ def _builtin_flag(value):
 def _count(value):
     if "flops" in value:
         _require(type(value["flops"]) is int, "flops is not an int")
+        _require(type(value.get("exponentials")) is int, "exponentials is not an int")
         _require(type(value.get("count_intact")) is bool, "count_intact is not a bool")
+
+
+KERNEL_COUNTS = ("launches", "programs", "addressed", "flops")
+
+
+def _kernels(value):
+    if "kernels" in value:
+        tally = value["kernels"]
+        _dict(tally, "the kernels' tally", [*KERNEL_COUNTS, "intact", "interpreted"])
+        _require(all(type(tally[name]) is int and tally[name] >= 0 for name in KERNEL_COUNTS),
+                 "a kernel count is not a whole number")
+        _require(type(tally["intact"]) is bool and type(tally["interpreted"]) is bool, "intact is not a bool")
 
 
 def call(value):
@@ -112,6 +125,7 @@ def call(value):
     if "args_after" in value:
         _require(type(value["args_after"]) is list, "args_after is not a list")
     _count(value)
+    _kernels(value)
     return _builtin_flag(value)
 
 

@@ -27,7 +27,9 @@ INTERNAL_MODULES = {"gc": "the garbage collector", "ctypes": "raw memory access"
                     "torch.utils.flop_counter": "torch's FLOP counter",
                     "torch.library": "torch's operator registry", "torch._ops": "torch internals",
                     "importlib": "re-importing modules", "inspect": "introspection of other code",
-                    "_ctypes": "raw memory access", "builtins": "the interpreter's built-ins"}
+                    "_ctypes": "raw memory access", "builtins": "the interpreter's built-ins",
+                    "triton.runtime": "Triton's launcher and interpreter (the grader counts a kernel's work there)",
+                    "triton._C": "Triton internals"}
 # Attributes that reach torch internals, the guard, or what a function keeps hidden.
 INTERNAL_ATTRIBUTES = {
     "_C": "torch internals (torch._C)", "ops": "torch's operator namespace (torch.ops)",
@@ -35,7 +37,11 @@ INTERNAL_ATTRIBUTES = {
     "__closure__": "a function's closure", "__defaults__": "a function's hidden defaults",
     "__kwdefaults__": "a function's hidden defaults", "__wrapped__": "the function behind a wrapper",
     "__globals__": "another module's globals", "__code__": "another function's code",
-    "cell_contents": "a function's closure", "get_objects": "the garbage collector",
+    "cell_contents": "a function's closure",
+    "interpreter": "Triton's interpreter (the grader counts a kernel's work there)",
+    "InterpreterBuilder": "Triton's interpreter (the grader counts a kernel's work there)",
+    "interpreter_builder": "Triton's interpreter (the grader counts a kernel's work there)",
+    "GridExecutor": "Triton's interpreter (the grader counts a kernel's work there)", "get_objects": "the garbage collector",
     "get_referrers": "the garbage collector", "get_referents": "the garbage collector",
     "_destroy": "torch's operator registry", "_library": "the grader's guard", "_refuse": "the grader's guard",
     "GUARD": "the grader's guard", "_python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
@@ -52,7 +58,7 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "FlopCounterMode": "torch's FLOP counter", "no_dispatch": "torch's dispatch modes",
                   "Counted": "the grader's FLOP counter"}
 # The worker's own modules, importable inside the sandbox (autograder/sandbox/).
-SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers")
+SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels")
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.
 DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 

@@ -31,6 +31,7 @@ from autograder.sandbox import cgroup, jail, protocol
 
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
+KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment imports Triton in the warm worker first
 CHILD_TASKS = 64   # threads a child may run (pids.max of its cgroup); 1 during a counted call
 
 
@@ -119,7 +120,7 @@ class Worker:
         # The sandbox's own processes (bwrap, readable as /proc/1) get none of the grader's environment.
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=self.log, pass_fds=[theirs.fileno()],
-                                        start_new_session=True, env=jail.ENVIRONMENT)
+                                        start_new_session=True, env={**jail.ENVIRONMENT, **jail.kernel_environment()})
         theirs.close()
         self.control = ours
         self.ready = False
@@ -148,7 +149,7 @@ class Worker:
             raise WorkerError("an unreadable answer")
         return reply
 
-    def _order(self, order, fds=()):
+    def _order(self, order, fds=(), timeout=None):
         if self.process is None or self.process.poll() is not None:
             self.close()
             self.start()
@@ -156,18 +157,21 @@ class Worker:
             self._wait_ready()
         try:
             socket.send_fds(self.control, [json.dumps(order).encode()], list(fds))
-            return self._reply(CONTROL_TIMEOUT)
+            return self._reply(timeout or CONTROL_TIMEOUT)
         except (OSError, WorkerError):
             self.close()  # a worker that stopped answering is replaced on the next order
             raise WorkerError("the warm worker stopped answering") from None
 
-    def fork(self, memory_mb):
-        """A fresh child for one submission; returns (pid, request fd, reply fd)."""
+    def fork(self, memory_mb, kernels=""):
+        """A fresh child for one submission; returns (pid, request fd, reply fd).  kernels: what the
+        assignment's kernels need imported first (course.yml's `kernels`, e.g. "triton")."""
         requests_read, requests_write = os.pipe()
         replies_read, replies_write = os.pipe()
+        order = {"op": "fork", "memory_mb": memory_mb}
+        if kernels:
+            order.update(kernels=kernels, device=jail.kernel_device())
         try:
-            reply = self._order({"op": "fork", "memory_mb": memory_mb},
-                                [requests_read, replies_write])
+            reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernels else CONTROL_TIMEOUT)
         except WorkerError:
             for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)
@@ -176,6 +180,8 @@ class Worker:
             if self.control is not None:
                 os.close(requests_read)
                 os.close(replies_write)
+        if isinstance(reply.get("error"), str):
+            raise WorkerError(reply["error"][:300])
         pid = reply.get("pid")
         if type(pid) is not int:
             raise WorkerError("the warm worker did not fork")
@@ -214,8 +220,9 @@ class Worker:
 class StudentProcess:
     """One submission's code, in a child of the warm worker; use as a context manager."""
 
-    def __init__(self, worker, cells, limits=None):
+    def __init__(self, worker, cells, limits=None, kernels=""):
         self.worker = worker
+        self.kernels = kernels    # course.yml's `kernels` of the assignment: imported before the child forks
         self.cells = list(cells)
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
@@ -251,7 +258,7 @@ class StudentProcess:
         """Fork a child and run the notebook's cells; returns the per-cell reports."""
         while True:
             self._budget_left()
-            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb)
+            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb, self.kernels)
             try:
                 self.host_pid = self.worker.host_pid(self.pid)
                 self.group = self.worker.account(self.host_pid)
@@ -355,7 +362,7 @@ class StudentProcess:
     def _in_fresh_child(self, key, message, check):
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
-        fresh = StudentProcess(self.worker, self.cells, self.limits)
+        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels)
         fresh.skip_cells, fresh.hung, fresh.deadline = set(self.skip_cells), self.hung, self.deadline
         fresh.restarts = self.limits.restarts  # no second chance: a crash is this call's
         try:

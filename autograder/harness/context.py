@@ -12,8 +12,9 @@ from autograder.student import StudentError
 
 
 class Student:
-    def __init__(self, process, from_scratch=()):
+    def __init__(self, process, from_scratch=(), device=None):
         self.process = process
+        self.device = device                   # "cuda": the calls' tensors go to the GPU (kernel assignments)
         self.from_scratch = set(from_scratch)  # exercise ids under the from-scratch rule
         self.exercise = None                   # the exercise whose tests are running
         self.builtin_attention_users = set()   # exercises whose calls reached torch's attention
@@ -35,14 +36,18 @@ class Student:
         return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)
 
     def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, count_flops=False,
-             measure_memory=False, **kwargs):
+             count_kernels=False, measure_memory=False, **kwargs):
         """Call the student's function `name`.  count_flops: the reply's "flops" counts the matrix
         products' floating-point operations (torch's FlopCounterMode, in the student's process);
-        measure_memory: the reply's "peak_memory" is the call's peak memory, read from outside."""
-        return self._request(name, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs,
-                                    "grad": grad, "grad_outputs": list(grad_outputs), "seed": seed,
-                                    "echo_args": echo_args, "count_flops": count_flops}, replies.call,
-                             measure_memory)
+        count_kernels: the reply's "kernels" says what the call's Triton kernels did (launches,
+        programs, elements loaded, FLOPs: sandbox/kernels.py); measure_memory: the reply's
+        "peak_memory" is the call's peak memory, read from outside."""
+        message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs, "grad": grad,
+                   "grad_outputs": list(grad_outputs), "seed": seed, "echo_args": echo_args,
+                   "count_flops": count_flops, "count_kernels": count_kernels}
+        if self.device:
+            message["device"] = self.device
+        return self._request(name, message, replies.call, measure_memory)
 
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
                train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False):

@@ -61,6 +61,12 @@ COSTS = {
 }
 
 
+# Exponentials: a softmax's own work.  A counted call reports how many of these torch ran (a kernel
+# assignment's call must leave its softmax to its kernel).
+EXPONENTIALS = {aten.exp, aten.exp_, aten.exp2, aten.exp2_, aten.expm1, aten._softmax, aten._log_softmax,
+                aten.logsumexp, aten._safe_softmax, aten.softmax, aten.log_softmax}
+
+
 class NotCountable(RuntimeError):
     pass
 
@@ -70,11 +76,13 @@ NOT_COUNTABLE = ("a tensor was turned into a NumPy array during a call whose wor
 
 
 def _make():
-    total, counting = [0], [False]
+    total, exponentials, counting = [0], [0], [False]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in EXPONENTIALS:
+                exponentials[0] += 1
             cost = COSTS.get(func.overloadpacket)
             if cost is not None:
                 try:
@@ -85,6 +93,9 @@ def _make():
 
     def read():
         return total[0]
+
+    def read_exponentials():
+        return exponentials[0]
 
     def switch(on):
         counting[0] = on
@@ -102,22 +113,23 @@ def _make():
         for name in ("numpy", "__array__"):
             setattr(torch.Tensor, name, refusing(getattr(torch.Tensor, name)))
 
-    return Counting, read, switch, install
+    return Counting, read, read_exponentials, switch, install
 
 
-_Counting, _read, _switch, install = _make()
+_Counting, _read, _read_exponentials, _switch, install = _make()
 
 
 class Counted:
-    """with Counted() as counted: ...the student's call...; then counted.flops and counted.intact
-    (entered several times, it adds up the calls)."""
+    """with Counted() as counted: ...the student's call...; then counted.flops, counted.exponentials
+    (torch's exp and softmax operators run) and counted.intact (entered several times, it adds up
+    the calls)."""
 
     def __init__(self):
-        self.flops, self.intact = 0, True
+        self.flops, self.exponentials, self.intact = 0, 0, True
 
     def __enter__(self):
         self.mode = _Counting()
-        self.start = _read()
+        self.start, self.start_exponentials = _read(), _read_exponentials()
         self.mode.__enter__()
         _switch(True)
         return self
@@ -127,6 +139,7 @@ class Counted:
         stack = _get_current_dispatch_mode_stack()
         on_top = bool(stack) and stack[-1] is self.mode
         self.flops += _read() - self.start
+        self.exponentials += _read_exponentials() - self.start_exponentials
         probe = torch.ones(2, 2, dtype=torch.float64)
         before = _read()
         torch.mm(probe, probe)

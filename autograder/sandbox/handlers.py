@@ -180,24 +180,52 @@ def flop_counter(wanted):
 def counted(reply, count):
     """The count's part of a reply: the FLOPs, and whether the counter was still whole after the call."""
     reply["flops"] = int(count.flops)
+    reply["exponentials"] = int(count.exponentials)
     reply["count_intact"] = bool(count.intact)
     return reply
+
+
+def moved(value, device):
+    """value with every tensor in it (in lists, tuples and dicts) on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(moved(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: moved(item, device) for key, item in value.items()}
+    return value
+
+
+def kernel_tally(wanted):
+    """What the call's Triton kernels did (kernels.py) when wanted, else a context that does nothing."""
+    if not wanted:
+        return contextlib.nullcontext()
+    import kernels
+    return kernels.Tally()
 
 
 def call(request):
     function = lookup(request["name"])
     args, kwargs = list(request["args"]), dict(request["kwargs"])
+    device = request.get("device")  # an assignment's kernels on the CUDA device: inputs there, replies back
+    if device:
+        args, kwargs = moved(args, device), moved(kwargs, device)
     if request.get("grad"):
         args = requires_grad(args)
-    count = flop_counter(request.get("count_flops"))
+    count, tally = flop_counter(request.get("count_flops")), kernel_tally(request.get("count_kernels"))
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
-        with count:
+        with count, tally:
             output = function(*args, **kwargs)
-        grads = backward(output, request["grad_outputs"], args) if request.get("grad") else None
+        grads = backward(output, moved(request["grad_outputs"], device) if device else request["grad_outputs"],
+                         args) if request.get("grad") else None
+    if device:
+        output, grads, args = moved(output, "cpu"), moved(grads, "cpu"), moved(args, "cpu")
     reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
     if request.get("count_flops"):
         counted(reply, count)
+    if request.get("count_kernels"):
+        reply["kernels"] = tally.as_reply()
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
     return reply

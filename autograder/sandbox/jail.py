@@ -28,6 +28,19 @@ SANDBOX_DIR = Path(__file__).resolve().parent
 NOBODY = 65534
 ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
                "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
+
+
+def kernel_device():
+    """Where an assignment's kernels run: "cuda" when AUTOGRADER_KERNEL_DEVICE says so (a grader with
+    a CUDA device), else "cpu": Triton's interpreter, which must be chosen before Triton is imported
+    (torch imports it while the worker warms up), so the worker starts with TRITON_INTERPRET=1."""
+    return "cuda" if os.environ.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
+
+
+def kernel_environment():
+    return {} if kernel_device() == "cuda" else {"TRITON_INTERPRET": "1"}
+
+
 SCRATCH_BYTES = 256 << 20
 SHARED_MEMORY_BYTES = 64 << 20   # /dev/shm, a tmpfs of its own
 # What Python, torch and matplotlib read from /etc: the dynamic linker's cache and configuration,
@@ -77,6 +90,8 @@ def bwrap_args(binds, control_fd):
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
             "--setenv", "USER", "student", "--setenv", "MPLBACKEND", "Agg",
             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "PYTHONHASHSEED", "0"]
+    for name, value in kernel_environment().items():
+        args += ["--setenv", name, value]
     for source, target in binds.items():
         args += ["--ro-bind", source, target]
     # Nothing but /tmp and /dev/shm stays writable: no file a child leaves in the root or in /dev

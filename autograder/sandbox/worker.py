@@ -122,6 +122,21 @@ def wipe_scratch():
             _empty(root, os.stat(root).st_dev)
 
 
+def prepare_kernels(kind, device):
+    """Import what an assignment's kernels need before its first child is forked (kernels.py);
+    a line for the instructor when that cannot be done here, else ""."""
+    if not kind:
+        return ""
+    if kind != "triton":
+        return f"unknown kernels {kind!r} (course.yml knows kernels: triton)"
+    try:
+        import kernels
+        kernels.load(device)
+    except ImportError as error:
+        return f"this assignment's kernels need Triton, which the grader's environment lacks ({error})"
+    return ""
+
+
 def zygote(control):
     """Fork children on request; the grader talks to each child on its own pipes.  The scratch
     space is emptied once the last child of a submission has ended (a submission's measured calls
@@ -137,6 +152,12 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "fork":
+            problem = prepare_kernels(order.get("kernels"), order.get("device", "cpu"))
+            if problem:
+                for fd in fds:
+                    os.close(fd)
+                control.send(json.dumps({"error": problem}).encode())
+                continue
             pid = os.fork()
             if pid == 0:
                 child(control, fds, int(order["memory_mb"]))

@@ -7,11 +7,12 @@ promised form, and raise Feedback in words the student understands when it does 
 made here, so every test uses sizes that are all distinct (B != H != Sq != Sk != d_k != d_v).
 
 The helpers live beside the assignment that uses them: common.py (every suite), decoding.py,
-tiled.py, latent.py and pruning.py.  A suite imports this package as A and reaches them all
-through it (A.randn, A.memory_reference, A.mla, ...)."""
+tiled.py, latent.py, pruning.py and kernels.py (the Triton track).  A suite imports this package
+as A and reaches them all through it (A.randn, A.memory_reference, A.mla, ...)."""
 
 from autograder.suites.helpers.common import *  # noqa: F401,F403
 from autograder.suites.helpers.decoding import *  # noqa: F401,F403
 from autograder.suites.helpers.tiled import *  # noqa: F401,F403
 from autograder.suites.helpers.latent import *  # noqa: F401,F403
 from autograder.suites.helpers.pruning import *  # noqa: F401,F403
+from autograder.suites.helpers.kernels import *  # noqa: F401,F403

@@ -1,0 +1,160 @@
+"""Triton kernels on a machine without a GPU, and what a kernel launch did (this file runs in the
+sandbox, in the warm worker, before any submission's code).
+
+`load()` imports Triton once, in the warm worker, the first time a submission of an assignment with
+`kernels: triton` (course.yml) is forked.  Without a CUDA device Triton runs every @triton.jit
+kernel in its interpreter (TRITON_INTERPRET=1): the same kernel code, one program after another,
+each tl operation a NumPy operation.  Its caches go to the scratch space.
+
+`load()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
+`Tally` reports what its kernels did, counted where the kernel runs and not taken from the answer:
+
+  launches, programs   kernel launches and the programs of their grids
+  addressed            elements every tl.load addressed, masked lanes included: a program that
+                       visits a tile reads it, a tile it skips is not counted
+  flops                tl.dot as 2 * M * N * K, an element-wise multiply as 2 per element (the
+                       multiply and the add of the sum it feeds), as counter.py counts torch's
+  out_of_bounds        the first tl.load or tl.store whose unmasked lanes reach outside every
+                       tensor passed to the launch (the memory is not touched: the call fails with
+                       OutOfBounds, which names the program and the operation)
+
+The wrappers are put in place before any submission's code runs; after a call `Tally.intact`
+says whether they are still the interpreter's operations (code that takes them apart is also
+flagged on the trusted side, rules.py).
+"""
+
+import os
+
+INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
+_STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
+          "program": (0, 0, 0)}
+_WRAPPERS = {}
+
+
+class OutOfBounds(IndexError):
+    """A kernel's load or store reached memory outside every tensor passed to its launch."""
+
+
+def load(device="cpu"):
+    """Import Triton for the children to come (once); device "cuda" compiles for the GPU."""
+    global INTERPRETED
+    if INTERPRETED is not None:
+        return
+    INTERPRETED = device != "cuda"
+    if INTERPRETED:
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/.triton/cache")
+    os.environ.setdefault("TRITON_HOME", "/tmp")
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+    if INTERPRETED:
+        _install()
+
+
+def _install():
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    originals = {"create_masked_load": builder.create_masked_load, "create_masked_store": builder.create_masked_store,
+                 "create_dot": builder.create_dot, "create_fmul": builder.create_fmul,
+                 "set_grid_idx": builder.set_grid_idx}
+    launch = interpreter.GridExecutor.__call__
+
+    def reach(self, ptrs, mask, what):
+        """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor."""
+        ranges = _STATE["ranges"]
+        if not ranges:
+            return
+        size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
+        where = np.asarray(ptrs.data, dtype=np.uint64)
+        lanes = where[np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)] if mask is not None else where
+        if lanes.size == 0:
+            return
+        inside = np.zeros(lanes.shape, dtype=bool)
+        for low, high in ranges:
+            inside |= (lanes >= np.uint64(low)) & (lanes + np.uint64(size) <= np.uint64(high))
+        if not inside.all():
+            outside = int((~inside).sum())
+            raise OutOfBounds(f"{what} of program {_STATE['program']} reaches {outside} element(s) outside every "
+                              f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        reach(self, ptrs, mask, "tl.load")
+        if _STATE["counting"]:
+            _STATE["addressed"] += int(np.asarray(ptrs.data).size)
+        return originals["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        reach(self, ptrs, mask, "tl.store")
+        return originals["create_masked_store"](self, ptrs, value, mask, cache_policy)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        out = originals["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
+        if _STATE["counting"]:
+            m, k = np.shape(a.data)[-2:]
+            _STATE["flops"] += 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k) \
+                * int(np.shape(b.data)[-1])
+        return out
+
+    def create_fmul(self, lhs, rhs):
+        out = originals["create_fmul"](self, lhs, rhs)
+        if _STATE["counting"]:
+            _STATE["flops"] += 2 * int(np.asarray(out.data).size)
+        return out
+
+    def set_grid_idx(self, x, y, z):
+        _STATE["program"] = (x, y, z)
+        if _STATE["counting"]:
+            _STATE["programs"] += 1
+        return originals["set_grid_idx"](self, x, y, z)
+
+    def grid_executor_call(self, *args, **kwargs):
+        tensors = [arg for arg in (*args, *kwargs.values()) if hasattr(arg, "untyped_storage")]
+        ranges = []
+        for tensor in tensors:
+            storage = tensor.untyped_storage()
+            ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+        outer = _STATE["ranges"]
+        _STATE["ranges"] = ranges
+        if _STATE["counting"]:
+            _STATE["launches"] += 1
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            _STATE["ranges"] = outer
+
+    for name, wrapper in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
+                          ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx)):
+        wrapper.__name__ = wrapper.__qualname__ = name
+        setattr(builder, name, wrapper)
+        _WRAPPERS[(builder, name)] = wrapper
+    grid_executor_call.__name__ = grid_executor_call.__qualname__ = "__call__"
+    interpreter.GridExecutor.__call__ = grid_executor_call
+    _WRAPPERS[(interpreter.GridExecutor, "__call__")] = grid_executor_call
+
+
+def intact():
+    """Whether every wrapper is still in place (True where nothing was installed: no interpreter)."""
+    return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in _WRAPPERS.items())
+
+
+class Tally:
+    """with Tally() as tally: ...the student's call...; then tally.as_reply() (what the call's kernels
+    did) and tally.intact."""
+
+    FIELDS = ("launches", "programs", "addressed", "flops")
+
+    def __enter__(self):
+        self.start = {name: _STATE[name] for name in self.FIELDS}
+        _STATE["counting"] = True
+        return self
+
+    def __exit__(self, *exc):
+        _STATE["counting"] = False
+        self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
+        self.intact = intact()
+        return False
+
+    def as_reply(self):
+        return {**self.counts, "intact": bool(self.intact), "interpreted": bool(INTERPRETED)}

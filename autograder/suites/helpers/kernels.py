@@ -1,0 +1,69 @@
+"""What the kernel suites share (the triton_attention assignment): inputs laid out in memory as the
+grader chooses, attention and its logsumexp on the grader's side, and what a call's kernels must
+have done, counted where the kernel runs (sandbox/kernels.py) and in torch (sandbox/counter.py)."""
+
+import math
+
+import torch
+
+from autograder.harness.checks import Feedback
+from autograder.suites.helpers.common import randn
+
+# The words of the error a kernel gets when a load or store leaves every tensor it was given.
+OUT_OF_BOUNDS = ("OutOfBounds",)
+
+
+def padded(x, extra=16):
+    """x as a view into a larger tensor whose other elements are NaN: its last axis is followed by
+    `extra` NaN in memory, so a kernel that reads past a row's end (a missing mask, a wrong stride)
+    reads NaN instead of plausible numbers."""
+    storage = torch.full((*x.shape[:-1], x.shape[-1] + extra), math.nan, dtype=x.dtype)
+    storage[..., :x.shape[-1]] = x
+    return storage[..., :x.shape[-1]]
+
+
+def sequence_major(x):
+    """The same [B, H, S, D] values laid out as [B, S, H, D] in memory (a transposed view, as the
+    heads of a projection come out): element [b, h, s, d] is not where a contiguous layout puts it."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def attention_lse(q, k, v, causal=False):
+    """(out, lse) of attention, in float64 on the grader's side."""
+    q, k, v = q.double(), k.double(), v.double()
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+
+
+def kernel_qkv(b, h, sq, sk, d, dtype=torch.float32, seed=0):
+    return (randn(b, h, sq, d, seed=seed).to(dtype), randn(b, h, sk, d, seed=seed + 1).to(dtype),
+            randn(b, h, sk, d, seed=seed + 2).to(dtype))
+
+
+NOT_THE_KERNEL = ("The work must be your kernel's: launch it from the function, and compute inside it (tl.dot, "
+                  "tl.exp, tl.sum): torch may allocate the outputs, but not compute the answer.")
+
+
+def check_kernel_work(reply, what, least_flops=0, least_addressed=0):
+    """The call's kernels did the work: a kernel ran (and, in Triton's interpreter, its products and
+    loads reached `least_flops` and `least_addressed`), and torch computed no exponential and almost
+    no products (allocation, a scale of the inputs and copies are allowed).  Every count must have
+    stayed whole."""
+    tally = reply.get("kernels") or {}
+    if not tally.get("intact", False) or not reply.get("count_intact", False):
+        raise Feedback(f"The count of what {what} did was switched off or changed while it ran.",
+                       "Leave Triton's interpreter and the grader's counters alone: the count of a call is what it did.")
+    if reply["exponentials"]:
+        raise Feedback(f"{what} ran {reply['exponentials']} exponential or softmax operation(s) in torch.", NOT_THE_KERNEL)
+    if tally["interpreted"] and tally["launches"] == 0:
+        raise Feedback(f"{what} launched no Triton kernel.", NOT_THE_KERNEL)
+    if reply["flops"] > max(least_flops // 8, 4096):
+        raise Feedback(f"{what} did {reply['flops']:,} floating-point operations in torch's products.", NOT_THE_KERNEL)
+    if tally["interpreted"] and tally["flops"] < least_flops:
+        raise Feedback(f"{what}'s kernels did {tally['flops']:,} floating-point operations in their products "
+                       f"(tl.dot, *), fewer than the {least_flops:,} the computation needs.", NOT_THE_KERNEL)
+    if tally["interpreted"] and tally["addressed"] < least_addressed:
+        raise Feedback(f"{what}'s kernels loaded {tally['addressed']:,} elements, fewer than the {least_addressed:,} "
+                       "of its inputs.", NOT_THE_KERNEL)

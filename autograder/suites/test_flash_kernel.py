@@ -1,0 +1,229 @@
+"""Hidden tests for triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32) -> (out, lse),
+by the student's flash_attention_kernel.
+
+Values are compared with the grader's attention over shapes, dtypes, memory layouts and block sizes
+the grader chooses.  The kernel runs in Triton's interpreter in the student's process, which counts
+what the call's kernels did (sandbox/kernels.py): the elements their loads address show the causal
+tile skip, their products show that the kernel did the work; a load or store outside every tensor
+of the launch stops the kernel with OutOfBounds.  Inputs are views into NaN-padded tensors, so a
+read past a row's end shows in the values."""
+
+import math
+
+import torch
+
+from autograder.harness import checks, substance
+from autograder.suites import helpers as A
+
+CAUSES = {
+    "no_rescale": "an accumulated output that is not rescaled by exp(m - m_new) when the running maximum grows",
+    "block_max": "a running maximum taken from the current key tile alone instead of max(m, rowmax(S))",
+    "lse_no_max": "a logsumexp of log(l) without adding back the running maximum m",
+    "no_scale": "scores without the scale 1 / sqrt(D)",
+    "key_mask": "key lanes past Sk (in the last key tile) not masked: their loads must be masked (other=0) and their "
+                "scores set to -inf, or they get weight",
+    "out_of_bounds": "a load or store whose lanes run past the end of a tensor: the last query tile and the last key "
+                     "tile are shorter when the blocks do not divide the lengths, and need masks (rows < Sq, "
+                     "cols < Sk)",
+    "stride": "an element's address taken from a contiguous layout instead of the strides: element [b, h, s, d] of "
+              "q lies at Q + b*stride_qb + h*stride_qh + s*stride_qs + d*stride_qd (pass *q.stride())",
+    "no_diagonal_mask": "no causal mask inside the tiles on the diagonal (key j > query i must get no weight)",
+    "no_skip": "Programs must not visit the key tiles that lie wholly after their last query: end the loop over "
+               "key tiles at min((tile + 1) * BLOCK_M, Sk) when causal.",
+    "dtype": "out has q's dtype (allocate it with q.dtype) and lse is float32.",
+}
+STATEMENT = ("Each key tile: S = tl.dot(q, tl.trans(k)) * scale; m_new = max(m, rowmax(S)); P = exp(S - m_new); "
+             "l = l * exp(m - m_new) + rowsum(P); acc = acc * exp(m - m_new) + tl.dot(P, V); at the end "
+             "out = acc / l and lse = m + log(l).")
+CRASHES = [(A.OUT_OF_BOUNDS, CAUSES["out_of_bounds"])]
+
+
+def flash(student, q, k, v, causal=False, block_m=32, block_n=16, **options):
+    """(out, lse, the reply) of the student's triton_flash_attention."""
+    with A.crash_hint(CRASHES):
+        reply = student.call("triton_flash_attention", q, k, v, causal, block_m, block_n, **options)
+    out, lse = checks.pair(reply["output"], "triton_flash_attention(q, k, v)", ("out", "lse"))
+    return checks.tensor(out, "out"), checks.tensor(lse, "lse"), reply
+
+
+def mistaken(q, k, v, causal, block_m, block_n, mistake):
+    """(out, lse) in float64 of a named mistake, tiled as the kernel tiles."""
+    q, k, v = q.double(), k.double(), v.double()
+    *lead, sq, d = q.shape
+    sk = k.shape[-2]
+    scale = 1.0 if mistake == "no_scale" else 1.0 / math.sqrt(d)
+    out, lse = torch.zeros(*lead, sq, d, dtype=torch.float64), torch.zeros(*lead, sq, dtype=torch.float64)
+    for i0 in range(0, sq, block_m):
+        i1 = min(i0 + block_m, sq)
+        m = torch.full((*lead, i1 - i0), -math.inf, dtype=torch.float64)
+        l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, d, dtype=torch.float64)
+        end = min(i1 if mistake != "no_skip" else sk, sk) if causal else sk
+        for j0 in range(0, end, block_n):
+            j1 = j0 + block_n
+            keys = torch.arange(j0, j1)
+            k_tile = torch.zeros(*lead, block_n, d, dtype=torch.float64)
+            v_tile = torch.zeros_like(k_tile)
+            k_tile[..., :min(j1, sk) - j0, :], v_tile[..., :min(j1, sk) - j0, :] = k[..., j0:j1, :], v[..., j0:j1, :]
+            s = q[..., i0:i1, :] @ k_tile.transpose(-2, -1) * scale
+            if mistake != "key_mask":
+                s = s.masked_fill(keys >= sk, -math.inf)
+            if causal and mistake != "no_diagonal_mask":
+                s = s.masked_fill(keys > torch.arange(i0, i1)[:, None], -math.inf)
+            m_new = s.amax(dim=-1) if mistake == "block_max" else torch.maximum(m, s.amax(dim=-1))
+            p = torch.exp(s - m_new[..., None])
+            rescale = torch.exp(m - m_new)
+            l = l * rescale + p.sum(dim=-1)
+            acc = (acc if mistake == "no_rescale" else acc * rescale[..., None]) + p @ v_tile
+            m = m_new
+        out[..., i0:i1, :] = acc / l[..., None]
+        lse[..., i0:i1] = torch.log(l) if mistake == "lse_no_max" else m + torch.log(l)
+    return out, lse
+
+
+def as_if_contiguous(x):
+    """What a kernel that assumes a contiguous layout reads for x: its memory taken in row-major order."""
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.insert(0, step)
+        step *= size
+    return torch.as_strided(x, x.shape, strides)
+
+
+def named_mistakes(q, k, v, causal, block_m, block_n, index):
+    keys = ["no_rescale", "block_max", "lse_no_max", "no_scale"]
+    keys += ["key_mask"] if k.shape[-2] % block_n else []
+    keys += ["no_diagonal_mask"] if causal else []
+    found = {key: mistaken(q, k, v, causal, block_m, block_n, key)[index].to(q.dtype) for key in keys}
+    if not all(x.is_contiguous() for x in (q, k, v)):
+        found["stride"] = A.attention_lse(*map(as_if_contiguous, (q, k, v)), causal)[index].to(q.dtype)
+    return A.named(CAUSES, **found)
+
+
+def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=STATEMENT, lse_too=False):
+    out, lse, _ = flash(student, q, k, v, causal, block_m, block_n)
+    want_out, want_lse = A.attention_lse(q, k, v, causal)
+    checks.close(out, want_out.to(q.dtype), f"out ({what})", hint, named_mistakes(q, k, v, causal, block_m, block_n, 0))
+    if lse_too:
+        checks.close(lse, want_lse.float(), f"lse ({what})", "lse = m + log(l) after the last key tile.",
+                     named_mistakes(q, k, v, causal, block_m, block_n, 1))
+
+
+def inputs(b, h, sq, sk, d, seed, dtype=torch.float32, scale=1.0):
+    q, k, v = A.kernel_qkv(b, h, sq, sk, d, dtype, seed)
+    return A.padded(q * scale), A.padded(k), A.padded(v)
+
+
+def test_computes_attention(student):
+    """The gate: with the identity as the values, the output is the weights; they must be attention's.
+    One tile of 32 holds every key here."""
+    def call(q, k, v):
+        eye = A.padded(torch.eye(32).expand(1, 2, 32, 32).contiguous())
+        return flash(student, q, k, v, False, 32, 32)[0], flash(student, q, k, eye, False, 32, 32)[0]
+    q, k, v = A.kernel_qkv(1, 2, 32, 32, 32, seed=1)
+    substance.attention_function(call, A.padded(q), A.padded(k), A.padded(v))
+
+
+def test_returns_output_and_logsumexp(student):
+    q, k, v = inputs(2, 3, 48, 32, 16, seed=2)
+    out, lse, _ = flash(student, q, k, v)
+    checks.shape(out, (2, 3, 48, 16), "out", "One output row of width D per query: [B, H, Sq, D].")
+    checks.shape(lse, (2, 3, 48), "lse", "One logsumexp per query: [B, H, Sq].")
+    checks.dtype(out, torch.float32, "out", CAUSES["dtype"])
+    checks.dtype(lse, torch.float32, "lse", CAUSES["dtype"])
+
+
+def test_matches_attention(student):
+    compare(student, *inputs(2, 2, 64, 96, 16, seed=3), "64 queries, 96 keys, blocks of 32 and 16")
+
+
+def test_logsumexp(student):
+    for causal, seed in ((False, 4), (True, 5)):
+        q, k, v = inputs(1, 2, 64, 64 if causal else 80, 16, seed=seed)
+        _, lse, _ = flash(student, q, k, v, causal)
+        checks.close(lse, A.attention_lse(q, k, v, causal)[1].float(), f"lse ({'causal' if causal else 'not causal'})",
+                     "lse = m + log(l) after the last key tile.", named_mistakes(q, k, v, causal, 32, 16, 1))
+
+
+def test_lengths_the_blocks_do_not_divide(student):
+    compare(student, *inputs(1, 2, 70, 45, 16, seed=6), "70 queries, 45 keys, blocks of 32 and 16",
+            hint="The last query tile and the last key tile are shorter: mask rows >= Sq and cols >= Sk.",
+            lse_too=True)
+
+
+def test_strided_inputs(student):
+    q, k, v = inputs(2, 3, 40, 40, 16, seed=7)
+    q, v = A.sequence_major(q), A.sequence_major(v)
+    compare(student, q, k, v, "q and v laid out as [B, S, H, D] in memory, k with rows 32 elements apart",
+            block_m=16, block_n=16, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
+
+
+def test_causal(student):
+    compare(student, *inputs(1, 2, 70, 70, 16, seed=8), "causal, 70 tokens, blocks of 32 and 16", causal=True,
+            hint="With causal=True, query i attends to keys j <= i.", lse_too=True)
+
+
+def test_keeps_float16(student):
+    q, k, v = inputs(1, 2, 48, 48, 32, seed=9, dtype=torch.float16)
+    out, lse, _ = flash(student, q, k, v, False, 16, 16)
+    checks.dtype(out, torch.float16, "out of float16 inputs", CAUSES["dtype"])
+    checks.dtype(lse, torch.float32, "lse of float16 inputs", CAUSES["dtype"])
+    checks.close(out, A.attention_lse(q, k, v)[0].half(), "out (float16, 48 tokens, D = 32)",
+                 "Accumulate m, l and acc in float32.", named_mistakes(q, k, v, False, 16, 16, 0))
+
+
+def test_large_scores_stay_finite(student):
+    compare(student, *inputs(1, 1, 64, 48, 16, seed=10, scale=40.0), "queries scaled by 40",
+            hint="Subtract the running maximum before tl.exp.")
+
+
+def attention_flops(sq, sk, d, heads):
+    """The products of attention itself: S = Q K^T and P V, 2 * Sq * Sk * d FLOPs each."""
+    return heads * 4 * sq * sk * d
+
+
+def test_the_kernel_does_the_work(student):
+    """One counted call: its values first, then what its kernels did (the products of attention and a
+    load of every input element, in Triton's interpreter) and what torch did (no exponential, no
+    product worth the name)."""
+    q, k, v = inputs(1, 2, 64, 48, 16, seed=11)
+    out, lse, reply = flash(student, q, k, v, False, 32, 16, count_flops=True, count_kernels=True)
+    checks.close(out, A.attention_lse(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
+                 "The counted call must first give the right answer.", named_mistakes(q, k, v, False, 32, 16, 0))
+    A.check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
+                        least_addressed=q.numel() + k.numel() + v.numel())
+
+
+def tile_loads(n, d, block_m, block_n, causal):
+    """Elements addressed by the loads of one head: each program loads its query tile once and, per key
+    tile it visits, a tile of K and one of V."""
+    total = 0
+    for start in range(0, n, block_m):
+        visited = math.ceil(min(start + block_m, n) / block_n) if causal else math.ceil(n / block_n)
+        total += block_m * d + visited * 2 * block_n * d
+    return total
+
+
+def test_causal_skips_tiles_above_the_diagonal(student):
+    """Two counted calls on the same input, causal and not: values first, then the elements their
+    loads addressed.  Visiting only the tiles on or below the diagonal addresses 0.59 of what
+    visiting every tile does here (8 query tiles of 16); up to 0.75 is accepted."""
+    n, d, block = 128, 16, 16
+    q, k, v = inputs(1, 1, n, n, d, seed=12)
+    addressed = {}
+    for causal in (False, True):
+        out, _, reply = flash(student, q, k, v, causal, block, block, count_flops=True, count_kernels=True)
+        checks.close(out, A.attention_lse(q, k, v, causal)[0].float(),
+                     f"out of the counted call ({'causal' if causal else 'not causal'}, {n} tokens)",
+                     "The counted call must first give the right answer.",
+                     named_mistakes(q, k, v, causal, block, block, 0))
+        A.check_kernel_work(reply, f"triton_flash_attention(causal={causal})",
+                            least_flops=attention_flops(n, n, d, 1) // (3 if causal else 1))
+        addressed[causal] = reply["kernels"]["addressed"]
+    if not reply["kernels"]["interpreted"]:
+        return  # compiled for a GPU: its loads cannot be counted, the values above are what is checked
+    ratio = addressed[True] / max(addressed[False], 1)
+    skip = tile_loads(n, d, block, block, True) / tile_loads(n, d, block, block, False)
+    checks.require(ratio <= 0.75,
+                   f"The causal call's loads addressed {addressed[True]:,} elements, {ratio:.2f} of the "
+                   f"{addressed[False]:,} of the call without the mask; visiting only the tiles on or below the "
+                   f"diagonal addresses {skip:.2f} of it here.", CAUSES["no_skip"])

@@ -1,0 +1,125 @@
+"""Hidden tests for TritonAttention (torch.autograd.Function) through triton_attention(q, k, v, causal):
+its forward pass is the student's kernel, its backward pass the course's recomputation.
+
+Gradients are compared with those of the grader's attention in float64; the forward pass must run
+the student's kernel (counted in Triton's interpreter, sandbox/kernels.py)."""
+
+import torch
+
+from autograder.harness import checks, substance
+from autograder.suites import helpers as A
+
+CAUSES = {
+    "no_none": "backward returns one gradient per input of forward: (dq, dk, dv, None), the None for causal",
+    "not_causal_backward": "the backward pass called without causal: the gradients of the hidden keys are not zero",
+    "grad_order": "the gradients returned in another order than forward's inputs (q, k, v)",
+    "d_out_for_out": "out and d_out swapped in the call to flash_attention_backward(q, k, v, out, lse, d_out, causal)",
+}
+STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_attention_backward(q, k, v, out, lse, d_out, "
+             "causal), None).")
+
+
+def run(student, q, k, v, causal, upstream, **options):
+    """(out, (dq, dk, dv), the reply) of the student's triton_attention, back-propagated from `upstream`."""
+    with A.crash_hint([(("incorrect number of gradients",), CAUSES["no_none"]),
+                       (A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")]):
+        reply = student.call("triton_attention", q, k, v, causal, grad=True, grad_outputs=[upstream], **options)
+    out = checks.tensor(reply["output"], "triton_attention(q, k, v)")
+    grads = reply["input_grads"] or [None, None, None, None]
+    for name, grad in zip(("dq", "dk", "dv"), grads[:3]):
+        checks.require(grad is not None, f"{name} is missing: the output has no gradient path to {name[1:]}.", STATEMENT)
+    return out, tuple(grads[:3]), reply
+
+
+def reference_gradients(q, k, v, causal, upstream):
+    q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
+    out, _ = A.attention_lse(q64, k64, v64, causal)
+    return out, torch.autograd.grad(out, (q64, k64, v64), upstream.double())
+
+
+def named_gradients(q, k, v, causal, upstream, index):
+    """What each named mistake gives for gradient `index` (0: dq, 1: dk, 2: dv)."""
+    _, right = reference_gradients(q, k, v, causal, upstream)
+    found = {"grad_order": right[(index + 1) % 3] if q.shape == k.shape else None}
+    if causal:
+        found["not_causal_backward"] = backward_without_mask(q, k, v, upstream)[index]
+    q64, k64, v64 = (x.double() for x in (q, k, v))
+    out, _ = A.attention_lse(q64, k64, v64, causal)
+    found["d_out_for_out"] = swapped_backward(q64, k64, v64, out, upstream.double(), causal)[index]
+    return A.named(CAUSES, **{key: value.float() for key, value in found.items() if value is not None})
+
+
+def backward_without_mask(q, k, v, upstream):
+    """The gradients from weights recomputed without the mask, with the causal forward's lse and out."""
+    q64, k64, v64 = (x.double() for x in (q, k, v))
+    out, lse = A.attention_lse(q64, k64, v64, causal=True)
+    return recomputed(q64, k64, v64, out, lse, upstream.double(), masked=False)
+
+
+def swapped_backward(q, k, v, out, d_out, causal):
+    _, lse = A.attention_lse(q, k, v, causal)
+    return recomputed(q, k, v, d_out, lse, out, masked=causal)
+
+
+def recomputed(q, k, v, out, lse, d_out, masked):
+    """The recomputation's gradients (the course's flash_attention_backward in one tile)."""
+    scale = q.shape[-1] ** -0.5
+    s = q @ k.transpose(-2, -1) * scale
+    if masked:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -torch.inf)
+    p = torch.exp(s - lse[..., None])
+    dv = p.transpose(-2, -1) @ d_out
+    ds = p * (d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+
+
+def inputs(sq, seed, heads=2, d=16):
+    return A.kernel_qkv(1, heads, sq, sq, d, seed=seed)
+
+
+def upstream_of(q, seed):
+    return A.randn(*q.shape, seed=seed).float()
+
+
+def compare_gradients(student, q, k, v, causal, seed, what):
+    upstream = upstream_of(q, seed)
+    _, grads, _ = run(student, q, k, v, causal, upstream)
+    _, want = reference_gradients(q, k, v, causal, upstream)
+    for index, (name, grad, expected) in enumerate(zip(("dq", "dk", "dv"), grads, want)):
+        checks.close(grad, expected.float(), f"{name} ({what})", STATEMENT,
+                     named_gradients(q, k, v, causal, upstream, index))
+
+
+def test_forward_is_attention(student):
+    """The gate: the forward pass computes attention (its weights read through the identity as values)."""
+    def call(q, k, v):
+        eye = torch.eye(32).expand(1, 2, 32, 32).contiguous()
+        upstream = torch.zeros(1, 2, 32, 32)
+        return run(student, q, k, v, False, upstream)[0], run(student, q, k, eye, False, upstream)[0]
+    substance.attention_function(call, *A.kernel_qkv(1, 2, 32, 32, 32, seed=1))
+
+
+def test_returns_the_output(student):
+    q, k, v = inputs(40, seed=2)
+    out, _, _ = run(student, q, k, v, False, upstream_of(q, 3))
+    checks.shape(out, q.shape, "triton_attention(q, k, v)", "forward returns out [B, H, Sq, D] from your kernel.")
+    checks.close(out, A.attention_lse(q, k, v)[0].float(), "triton_attention(q, k, v)", "forward returns out.")
+
+
+def test_gradients(student):
+    compare_gradients(student, *inputs(40, seed=4), False, 5, "40 tokens")
+
+
+def test_causal_gradients(student):
+    compare_gradients(student, *inputs(48, seed=6), True, 7, "causal, 48 tokens")
+
+
+def test_forward_runs_the_kernel(student):
+    """One counted call: its values first, then its forward pass's kernels did attention's products
+    and torch did none of the forward's work."""
+    q, k, v = inputs(32, seed=8)
+    out, _, reply = run(student, q, k, v, False, upstream_of(q, 9), count_flops=True, count_kernels=True)
+    checks.close(out, A.attention_lse(q, k, v)[0].float(), "triton_attention(q, k, v) of the counted call",
+                 "The counted call must first give the right answer.")
+    A.check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,
+                        least_addressed=q.numel() + k.numel() + v.numel())
