@@ -377,7 +377,7 @@ def serve(requests, replies):
     signal.signal(signal.SIGALRM, _on_alarm)
     while True:
         try:
-            request = protocol.decode(protocol.read_message(REQUESTS))
+            request = protocol.decode(protocol.read_message(REQUESTS), strided=True)
         except (EOFError, OSError, protocol.ProtocolError):
             return
         if request.get("op") == "exit":

@@ -94,6 +94,24 @@ def _plain_tensor(value):
     return value.clone()
 
 
+class Strided:
+    """A tensor the grader sends with its layout in memory (sizes, strides and what lies between its
+    elements), for code that must read memory by its strides (a kernel): the other side rebuilds
+    the same view on a copy of the span of memory it covers.  Without it every tensor arrives
+    contiguous."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def _span(tensor):
+    """The elements of memory from the tensor's first element to its last, as a 1-D copy."""
+    if tensor.numel() == 0:
+        return tensor.new_empty(0)
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return torch.as_strided(tensor, (last + 1,), (1,)).clone()
+
+
 def clean_text(text):
     """The text with lone surrogates (which cannot be written as UTF-8) replaced."""
     return text.encode("utf-8", "replace").decode("utf-8")
@@ -103,6 +121,12 @@ def encode(value):
     """Turn a value into tagged plain data; raise Unsupported for anything else."""
     if isinstance(value, torch.Tensor):
         return ["tensor", _plain_tensor(value)]
+    if isinstance(value, Strided):
+        tensor = value.tensor.detach()
+        if type(tensor) is not torch.Tensor or any(stride < 0 for stride in tensor.stride()):
+            raise Unsupported("a strided tensor that is not a plain tensor with positive strides")
+        return ["strided", [_span(tensor), ["tuple", [["py", int(n)] for n in tensor.shape]],
+                            ["tuple", [["py", int(n)] for n in tensor.stride()]]]]
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise Unsupported("a NumPy array of Python objects")
@@ -158,8 +182,24 @@ def _checked_tensor(tensor, budget):
     return tensor.contiguous().clone()
 
 
-def decode(tagged, _depth=0, _budget=None):
-    """Inverse of encode; raise ProtocolError on anything malformed or over the limits."""
+def _strided(payload, budget, depth):
+    """The view a Strided tensor was sent as, on its span of memory; its bounds checked first."""
+    if type(payload) is not list or len(payload) != 3 or type(payload[0]) is not torch.Tensor:
+        raise ProtocolError("a malformed strided tensor")
+    span = _checked_tensor(payload[0], budget)
+    shape, strides = decode(payload[1], depth + 1, budget), decode(payload[2], depth + 1, budget)
+    if (type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides) or len(shape) > 8
+            or not all(type(n) is int and n >= 0 for n in shape + strides) or span.dim() != 1):
+        raise ProtocolError("a strided tensor with a malformed layout")
+    last = sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else -1
+    if last >= span.numel() or int(np.prod(shape, dtype=np.int64)) > MAX_TENSOR_ELEMENTS:
+        raise ProtocolError("a strided tensor whose layout reaches past its memory")
+    return torch.as_strided(span, shape, strides)
+
+
+def decode(tagged, _depth=0, _budget=None, strided=False):
+    """Inverse of encode; raise ProtocolError on anything malformed or over the limits.  strided:
+    accept Strided tensors (only the student's side does: what it receives comes from the grader)."""
     budget = _budget or _Budget()
     budget.visit()
     if _depth > MAX_DEPTH:
@@ -169,6 +209,8 @@ def decode(tagged, _depth=0, _budget=None):
     tag, payload = tagged
     if tag == "tensor" and type(payload) is torch.Tensor:
         return _checked_tensor(payload, budget)
+    if tag == "strided" and strided:
+        return _strided(payload, budget, _depth)
     if tag == "ndarray" and type(payload) is torch.Tensor:
         return _checked_tensor(payload, budget).numpy()
     if tag == "py" and type(payload) is str:
@@ -184,13 +226,13 @@ def decode(tagged, _depth=0, _budget=None):
     if tag == "dtype" and type(payload) is str and payload in _DTYPES:
         return _DTYPES[payload]
     if tag in ("tuple", "list") and type(payload) is list:
-        items = [decode(item, _depth + 1, budget) for item in payload]
+        items = [decode(item, _depth + 1, budget, strided) for item in payload]
         return tuple(items) if tag == "tuple" else items
     if tag == "dict" and type(payload) is dict:
         decoded = {}
         for key, item in payload.items():
             if type(key) is not str or len(key) > 1000:
                 raise ProtocolError("a dict with a key that is not a short string")
-            decoded[clean_text(key)] = decode(item, _depth + 1, budget)
+            decoded[clean_text(key)] = decode(item, _depth + 1, budget, strided)
         return decoded
     raise ProtocolError(f"a malformed value with tag {str(tag)[:20]!r}")

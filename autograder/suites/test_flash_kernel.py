@@ -5,8 +5,8 @@ Values are compared with the grader's attention over shapes, dtypes, memory layo
 the grader chooses.  The kernel runs in Triton's interpreter in the student's process, which counts
 what the call's kernels did (sandbox/kernels.py): the elements their loads address show the causal
 tile skip, their products show that the kernel did the work; a load or store outside every tensor
-of the launch stops the kernel with OutOfBounds.  Inputs are views into NaN-padded tensors, so a
-read past a row's end shows in the values."""
+of the launch stops the kernel with OutOfBounds.  The strided test's inputs are transposed views and
+views into NaN-padded tensors, so an address from a contiguous layout shows in the values."""
 
 import math
 
@@ -100,7 +100,8 @@ def named_mistakes(q, k, v, causal, block_m, block_n, index):
 
 
 def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=STATEMENT, lse_too=False):
-    out, lse, _ = flash(student, q, k, v, causal, block_m, block_n)
+    sent = [A.laid_out(x) if not x.is_contiguous() else x for x in (q, k, v)]
+    out, lse, _ = flash(student, *sent, causal, block_m, block_n)
     want_out, want_lse = A.attention_lse(q, k, v, causal)
     checks.close(out, want_out.to(q.dtype), f"out ({what})", hint, named_mistakes(q, k, v, causal, block_m, block_n, 0))
     if lse_too:
@@ -110,17 +111,16 @@ def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=S
 
 def inputs(b, h, sq, sk, d, seed, dtype=torch.float32, scale=1.0):
     q, k, v = A.kernel_qkv(b, h, sq, sk, d, dtype, seed)
-    return A.padded(q * scale), A.padded(k), A.padded(v)
+    return q * scale, k, v
 
 
 def test_computes_attention(student):
     """The gate: with the identity as the values, the output is the weights; they must be attention's.
     One tile of 32 holds every key here."""
     def call(q, k, v):
-        eye = A.padded(torch.eye(32).expand(1, 2, 32, 32).contiguous())
+        eye = torch.eye(32).expand(1, 2, 32, 32).contiguous()
         return flash(student, q, k, v, False, 32, 32)[0], flash(student, q, k, eye, False, 32, 32)[0]
-    q, k, v = A.kernel_qkv(1, 2, 32, 32, 32, seed=1)
-    substance.attention_function(call, A.padded(q), A.padded(k), A.padded(v))
+    substance.attention_function(call, *A.kernel_qkv(1, 2, 32, 32, 32, seed=1))
 
 
 def test_returns_output_and_logsumexp(student):
@@ -152,7 +152,7 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 def test_strided_inputs(student):
     q, k, v = inputs(2, 3, 40, 40, 16, seed=7)
-    q, v = A.sequence_major(q), A.sequence_major(v)
+    q, k, v = A.sequence_major(q), A.padded(k), A.sequence_major(v)
     compare(student, q, k, v, "q and v laid out as [B, S, H, D] in memory, k with rows 32 elements apart",
             block_m=16, block_n=16, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 

@@ -1,8 +1,8 @@
 """Hidden tests for triton_softmax(x) -> softmax over each row of x, by the student's softmax_kernel.
 
 The kernel runs in Triton's interpreter in the student's process (on the CUDA device where the grader
-has one); a load or store outside every tensor of the launch stops it with OutOfBounds.  Inputs are
-views into larger tensors whose other elements are NaN, so a read past a row's end shows."""
+has one); a load or store outside every tensor of the launch stops it with OutOfBounds.  The strided
+test's rows are a slice of wider rows, so a row found from a contiguous layout shows in the values."""
 
 import torch
 
@@ -39,8 +39,9 @@ def named_mistakes(x):
     memory = torch.as_strided(x, ((rows - 1) * x.stride(0) + cols,), (1,)).double()   # x's rows as they lie in memory
     contiguous_rows = torch.stack([memory[r * cols:(r + 1) * cols] for r in range(rows)])
     exponentials = torch.exp(x.float()).double()
-    return A.named(CAUSES, other_zero=other_zero, stride=torch.softmax(contiguous_rows, dim=-1),
-                   no_max=exponentials / exponentials.sum(-1, keepdim=True))
+    found = dict(other_zero=other_zero, stride=torch.softmax(contiguous_rows, dim=-1),
+                 no_max=exponentials / exponentials.sum(-1, keepdim=True))
+    return A.named(CAUSES, **{key: value.to(x.dtype) for key, value in found.items()})
 
 
 def compare(student, x, what, hint=STATEMENT):
@@ -49,7 +50,7 @@ def compare(student, x, what, hint=STATEMENT):
 
 
 def rows(n, cols, seed, scale=2.0, dtype=torch.float32):
-    return A.padded((A.randn(n, cols, seed=seed) * scale).to(dtype))
+    return (A.randn(n, cols, seed=seed) * scale).to(dtype)
 
 
 def test_is_a_softmax(student):
@@ -87,7 +88,7 @@ def test_columns_not_a_power_of_two(student):
 def test_rows_with_a_stride(student):
     big = A.randn(5, 96, seed=6).float() * 2
     x = big[:, 10:74]   # 64 columns, rows 96 elements apart
-    y, _ = softmax(student, x)
+    y, _ = softmax(student, A.laid_out(x))
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(big[:, 10:74]), rows 96 elements apart",
                  "Row r starts at x_ptr + r * x.stride(0).", named_mistakes(x))
 

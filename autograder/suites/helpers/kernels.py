@@ -7,10 +7,17 @@ import math
 import torch
 
 from autograder.harness.checks import Feedback
+from autograder.sandbox.protocol import Strided
 from autograder.suites.helpers.common import randn
 
 # The words of the error a kernel gets when a load or store leaves every tensor it was given.
 OUT_OF_BOUNDS = ("OutOfBounds",)
+
+
+def laid_out(x):
+    """x as the student's code will receive it: the same view of memory (its strides, and what lies
+    between its elements), not a contiguous copy (sandbox/protocol.py's Strided)."""
+    return Strided(x)
 
 
 def padded(x, extra=16):

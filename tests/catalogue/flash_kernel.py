@@ -1,0 +1,172 @@
+"""The catalogue of flash_kernel: its mistakes (with the cause each must be named by, a key of CAUSES in
+autograder/suites/test_flash_kernel.py, and the tests it may fail), correct variants, degenerate
+answers and answers that game the kernel's measured points."""
+
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("triton_attention")["flash_kernel"]
+changed = partial(edited, SOLUTION)
+MEASURED = ("the_kernel_does_the_work", "causal_skips_tiles_above_the_diagonal")
+VALUES = ("matches_attention", "logsumexp", "lengths_the_blocks_do_not_divide", "strided_inputs", "causal",
+          "keeps_float16", "large_scores_stay_finite")
+K_LOAD = "mask=cols[:, None] < Sk, other=0.0)                     # [BLOCK_N, D]\n        v = tl.load"
+RESCALE = "acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)"
+
+
+MISTAKES = [
+    Mistake("the output not rescaled when the maximum grows", "no_rescale",
+            fails=tuple(test for test in VALUES if test != "logsumexp") + MEASURED,
+            code=changed(RESCALE, "acc = acc + tl.dot(p.to(v.dtype), v).to(tl.float32)")),
+    # Exact while every tile leaves each row a visible key (any reference point rescales consistently):
+    # it shows where a causal tile hides a whole row (NaN) and where large scores overflow exp(m - m_new).
+    Mistake("the running maximum of the current tile only", "block_max",
+            fails=("logsumexp", "causal", "large_scores_stay_finite"),
+            code=changed("m_new = tl.maximum(m, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")),
+    Mistake("the logsumexp without the maximum", "lse_no_max",
+            fails=("logsumexp", "lengths_the_blocks_do_not_divide", "causal"),
+            code=changed("tl.store(Lse + head * Sq + rows, m + tl.log(l), mask=rows < Sq)",
+                         "tl.store(Lse + head * Sq + rows, tl.log(l), mask=rows < Sq)")),
+    Mistake("no 1 / sqrt(D) on the scores", "no_scale",
+            fails=VALUES + MEASURED,
+            code=changed("H, Sq, Sk, 1.0 / math.sqrt(D), CAUSAL", "H, Sq, Sk, 1.0, CAUSAL")),
+    Mistake("key lanes past Sk loaded as zeros but not masked in the scores", "key_mask",
+            fails=("lengths_the_blocks_do_not_divide", "strided_inputs"),
+            code=changed("        visible = cols[None, :] < Sk\n", "        visible = cols[None, :] >= 0\n")),
+    Mistake("no mask on the loads of the last key tile", "out_of_bounds",
+            fails=("lengths_the_blocks_do_not_divide", "strided_inputs", "causal"),
+            code=changed(K_LOAD, ")\n        v = tl.load",
+                         "mask=cols[:, None] < Sk, other=0.0)                     # [BLOCK_N, D]\n        s = tl.dot",
+                         ")\n        s = tl.dot")),
+    Mistake("addresses from a contiguous layout instead of the strides", "stride",
+            fails=("strided_inputs",),
+            code=changed("*q.stride(), *k.stride(), *v.stride(), *out.stride()",
+                         "H * Sq * D, Sq * D, D, 1, H * Sk * D, Sk * D, D, 1, H * Sk * D, Sk * D, D, 1, *out.stride()")),
+    Mistake("no causal mask inside the diagonal tiles", "no_diagonal_mask",
+            fails=("logsumexp", "causal", "causal_skips_tiles_above_the_diagonal"),
+            code=changed("            visible = visible & (cols[None, :] <= rows[:, None])\n", "            pass\n")),
+    Mistake("the causal mask, but every key tile visited", "no_skip",
+            fails=("causal_skips_tiles_above_the_diagonal",),
+            code=changed("        end = tl.minimum((tile + 1) * BLOCK_M, Sk)                          # are never visited\n",
+                         "        pass\n")),
+    Mistake("a float32 output for float16 inputs", "dtype",
+            fails=("keeps_float16",),
+            code=changed("out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)",
+                         "out = torch.empty(B, H, Sq, D, dtype=torch.float32, device=q.device)")),
+]
+
+
+VARIANTS = [
+    Variant("the scale folded into the queries and exp2 with log2(e)", changed(
+        "        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                   # [BLOCK_M, BLOCK_N]\n",
+        "        s = tl.dot(q, tl.trans(k)).to(tl.float32) * (scale * 1.4426950408889634)\n",
+        "        rescale = tl.exp(m - m_new)                                         # [BLOCK_M]\n"
+        "        p = tl.exp(s - m_new[:, None])                                      # [BLOCK_M, BLOCK_N]\n",
+        "        rescale = tl.exp2(m - m_new)\n        p = tl.exp2(s - m_new[:, None])\n",
+        "tl.store(Lse + head * Sq + rows, m + tl.log(l), mask=rows < Sq)",
+        "tl.store(Lse + head * Sq + rows, (m + tl.log2(l)) * 0.6931471805599453, mask=rows < Sq)")),
+    Variant("pointers advanced tile by tile, products by broadcasting", '''@triton.jit
+def flash_attention_kernel(
+    Q, K, V, Out, Lse,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_os, stride_od,
+    H, Sq, Sk, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+):
+    i = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q_ptrs = Q + (bh // H) * stride_qb + (bh % H) * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd
+    k_ptrs = K + (bh // H) * stride_kb + (bh % H) * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
+    v_ptrs = V + (bh // H) * stride_vb + (bh % H) * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < Sq, other=0.0).to(tl.float32) * scale
+    m_i = tl.zeros([BLOCK_M], tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    hi = Sk
+    if CAUSAL:
+        hi = tl.minimum(Sk, (i + 1) * BLOCK_M)
+    for n0 in range(0, hi, BLOCK_N):
+        keys = n0 + offs_n
+        k = tl.load(k_ptrs, mask=keys[:, None] < Sk, other=0.0).to(tl.float32)
+        v = tl.load(v_ptrs, mask=keys[:, None] < Sk, other=0.0).to(tl.float32)
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
+        ok = keys[None, :] < Sk
+        if CAUSAL:
+            ok = ok & (keys[None, :] <= offs_m[:, None])
+        s = tl.where(ok, s, -float("inf"))
+        m_ij = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_ij[:, None])
+        alpha = tl.exp(m_i - m_ij)
+        l_i = alpha * l_i + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * stride_ks
+        v_ptrs += BLOCK_N * stride_vs
+    o_ptrs = Out + (bh // H) * stride_ob + (bh % H) * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc / l_i[:, None], mask=offs_m[:, None] < Sq)
+    tl.store(Lse + bh * Sq + offs_m, m_i + tl.log(l_i), mask=offs_m < Sq)
+
+
+def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
+    B, H, Sq, D = q.shape
+    out = q.new_empty(B, H, Sq, D)
+    lse = torch.empty(B, H, Sq, device=q.device)
+    flash_attention_kernel[(triton.cdiv(Sq, block_m), B * H)](
+        q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H, Sq, k.shape[2], D ** -0.5, CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D)
+    return out, lse
+'''),
+]
+
+
+DEGENERATES = [
+    Degenerate("uniform weights (the mean of the values)", changed(
+        "        s = tl.where(visible, s, float(\"-inf\"))\n",
+        "        s = tl.where(visible, s * 0.0, float(\"-inf\"))\n")),
+    Degenerate("zeros", changed("    acc = acc / l[:, None]\n", "    acc = acc * 0.0\n")),
+    Degenerate("the values of the first keys handed back", changed(
+        "    acc = acc / l[:, None]\n",
+        "    acc = tl.load(V + b * stride_vb + h * stride_vh + rows[:, None] * stride_vs + dims[None, :] * stride_vd,\n"
+        "                  mask=rows[:, None] < Sk, other=0.0).to(tl.float32)\n")),
+    Degenerate("NaN", changed("    acc = acc / l[:, None]\n", "    acc = acc * float('nan')\n")),
+]
+
+
+GAMING = [
+    Gaming("attention in torch, the kernel launched for show", SOLUTION.replace(
+        "    return out, lse\n",
+        "    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(D)\n"
+        "    if causal:\n"
+        "        s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool).triu(1), -math.inf)\n"
+        "    return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype), torch.logsumexp(s, dim=-1)\n"),
+        loses=MEASURED, says="torch"),
+    Gaming("the scores by the kernel's products, the softmax in torch", '''@triton.jit
+def flash_attention_kernel(
+    Q, K, V, Out, Lse,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_os, stride_od,
+    H, Sq, Sk, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+):
+    pass
+
+
+def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
+    D = q.shape[-1]
+    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) / math.sqrt(D)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("bhqk,bhkd->bhqd", torch.exp(s - lse[..., None]), v.float()).to(q.dtype), lse
+''',
+        loses=MEASURED, says="torch"),
+]

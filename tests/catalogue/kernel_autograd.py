@@ -1,0 +1,62 @@
+"""The catalogue of kernel_autograd: its mistakes (with the cause each must be named by, a key of CAUSES
+in autograder/suites/test_kernel_autograd.py, and the tests it may fail), correct variants,
+degenerate answers and answers that game the forward pass's measured point."""
+
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("triton_attention")["kernel_autograd"]
+changed = partial(edited, SOLUTION)
+BACKWARD_CALL = "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out, ctx.causal)"
+
+
+MISTAKES = [
+    Mistake("three gradients for four inputs (no None for causal)", "no_none",
+            fails=("gradients", "causal_gradients"),
+            code=changed("        return dq, dk, dv, None                                  # nothing for causal\n",
+                         "        return dq, dk, dv\n")),
+    Mistake("the backward pass not told it is causal", "not_causal_backward",
+            fails=("causal_gradients",),
+            code=changed(BACKWARD_CALL, "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out)")),
+    Mistake("dk returned where dq belongs", "grad_order",
+            fails=("gradients", "causal_gradients"),
+            code=changed("        return dq, dk, dv, None                                  # nothing for causal\n",
+                         "        return dk, dv, dq, None\n")),
+    Mistake("out and d_out swapped in the backward call", "d_out_for_out",
+            fails=("gradients", "causal_gradients"),
+            code=changed(BACKWARD_CALL, "flash_attention_backward(q, k, v, d_out, lse.to(q.dtype), out, ctx.causal)")),
+]
+
+
+VARIANTS = [
+    Variant("the options kept as a tuple, the kernel's own blocks", changed(
+        "        out, lse = triton_flash_attention(q, k, v, causal)\n",
+        "        out, lse = triton_flash_attention(q, k, v, causal, block_m=16, block_n=16)\n",
+        "        ctx.causal = causal\n", "        ctx.options = (causal, 64, 64)\n",
+        BACKWARD_CALL, "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out, *ctx.options)")),
+]
+
+
+DEGENERATES = [
+    Degenerate("the values handed back as the output", changed(
+        "        out, lse = triton_flash_attention(q, k, v, causal)\n",
+        "        out, lse = v.clone(), torch.zeros(q.shape[:-1])\n")),
+    Degenerate("zeros", changed(
+        "        return out\n", "        return torch.zeros_like(out)\n")),
+    Degenerate("the mean of the values", changed(
+        "        return out\n", "        return v.mean(dim=-2, keepdim=True).expand_as(out).clone()\n")),
+]
+
+
+GAMING = [
+    Gaming("the forward pass in torch (the kernel never launched)", changed(
+        "        out, lse = triton_flash_attention(q, k, v, causal)\n",
+        "        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "        if causal:\n"
+        "            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)\n"
+        "        lse = torch.logsumexp(s, dim=-1)\n"
+        "        out = torch.exp(s - lse[..., None]) @ v\n"),
+        loses=("forward_runs_the_kernel",), says="torch"),
+]

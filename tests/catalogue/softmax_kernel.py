@@ -1,0 +1,97 @@
+"""The catalogue of softmax_kernel: its mistakes (with the cause each must be named by, a key of CAUSES
+in autograder/suites/test_softmax_kernel.py, and the tests it may fail), correct variants, degenerate
+answers and answers that game the kernel's measured point."""
+
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("triton_attention")["softmax_kernel"]
+changed = partial(edited, SOLUTION)
+UNEVEN = ("columns_not_a_power_of_two",)
+LOAD = 'x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=-float("inf")).to(tl.float32)'
+STORE = "tl.store(out_ptr + row * out_row_stride + cols, y, mask=inside)"
+
+
+MISTAKES = [
+    Mistake("no mask on the load or the store", "no_mask",
+            fails=UNEVEN + ("keeps_float16",),
+            code=changed(LOAD, 'x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)',
+                         STORE, "tl.store(out_ptr + row * out_row_stride + cols, y)")),
+    Mistake("the lanes past the row loaded as 0", "other_zero",
+            fails=UNEVEN + ("keeps_float16",),
+            code=changed('mask=inside, other=-float("inf"))', "mask=inside, other=0.0)")),
+    Mistake("rows found at row * n_cols (a contiguous layout assumed)", "stride",
+            fails=("rows_with_a_stride",),
+            code=changed("x_ptr + row * x_row_stride + cols", "x_ptr + row * n_cols + cols")),
+    Mistake("exp without subtracting the maximum", "no_max",
+            fails=("survives_large_scores",),
+            code=changed("    x = x - tl.max(x, axis=0)                                # the row's maximum becomes 0: no overflow\n",
+                         "")),
+    Mistake("a float32 output for every input", "dtype",
+            fails=("keeps_float16",),
+            code=changed("out = torch.empty(rows, cols, dtype=x.dtype, device=x.device)",
+                         "out = torch.empty(rows, cols, dtype=torch.float32, device=x.device)")),
+]
+
+
+VARIANTS = [
+    Variant("two passes over the row in blocks of 16 (a row longer than one block)", '''@triton.jit
+def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    start = x_ptr + row * x_row_stride
+    top = tl.full([16], -float("inf"), tl.float32)
+    for first in range(0, n_cols, 16):
+        cols = first + tl.arange(0, 16)
+        top = tl.maximum(top, tl.load(start + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32))
+    top_all = tl.max(top, axis=0)
+    total = tl.zeros([16], tl.float32)
+    for first in range(0, n_cols, 16):
+        cols = first + tl.arange(0, 16)
+        total += tl.exp(tl.load(start + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32) - top_all)
+    denominator = tl.sum(total, axis=0)
+    for first in range(0, n_cols, 16):
+        cols = first + tl.arange(0, 16)
+        x = tl.load(start + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - top_all) / denominator, mask=cols < n_cols)
+
+
+def triton_softmax(x):
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    softmax_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1], BLOCK=16)
+    return out
+'''),
+    Variant("a contiguous copy first, the row stride from the shape", changed(
+        "    if x.stride(1) != 1:                                     # the kernel walks a row with step 1\n"
+        "        x = x.contiguous()\n", "    x = x.contiguous()\n",
+        "softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0)", "softmax_kernel[(rows,)](out, x, cols, cols")),
+]
+
+
+DEGENERATES = [
+    Degenerate("uniform rows (1 / n_cols)", changed(
+        "    y = numerator / tl.sum(numerator, axis=0)\n",
+        "    y = tl.where(inside, 1.0 / n_cols, 0.0)\n")),
+    Degenerate("zeros", changed("    y = numerator / tl.sum(numerator, axis=0)\n", "    y = numerator * 0.0\n")),
+    Degenerate("the input handed back", changed("    y = numerator / tl.sum(numerator, axis=0)\n",
+                                                "    y = tl.load(x_ptr + row * x_row_stride + cols, mask=inside)\n")),
+    Degenerate("NaN", changed("    y = numerator / tl.sum(numerator, axis=0)\n", "    y = numerator * float('nan')\n")),
+]
+
+
+GAMING = [
+    Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
+        "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
+        loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),
+    Gaming("the softmax in torch from exp and sum (no kernel)", '''@triton.jit
+def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    pass
+
+
+def triton_softmax(x):
+    e = torch.exp(x.float() - x.float().amax(dim=-1, keepdim=True))
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+''',
+        loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),
+]
