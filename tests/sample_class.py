@@ -117,7 +117,7 @@ class MultiHeadAttention(nn.Module):
 
 # student -> assignment -> {answer cell grade_id: code} | "untouched" | "corrupt" | "empty" | None (not submitted)
 ALL = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache", "flash_attention",
-       "latent_attention", "head_pruning")
+       "latent_attention", "head_pruning", "triton_attention")
 STUDENTS = {
     "ada_perfect": {assignment: {} for assignment in ALL},
     "ben_untouched": {assignment: "untouched" for assignment in ALL},
@@ -147,7 +147,10 @@ STUDENTS = {
     "max_flash_slips": {"kv_cache": {}, "flash_attention": {
         "tiled_attention": mistake("tiled_attention", "the logsumexp of the last tile"),
         "tiled_backward": mistake("tiled_backward", "no D = rowsum(dO * O)"),
-        "attention_costs": mistake("attention_costs", "elements, not bytes")}},
+        "attention_costs": mistake("attention_costs", "elements, not bytes")},
+        "triton_attention": {
+            "softmax_kernel": mistake("softmax_kernel", "the lanes past the row loaded as 0"),
+            "flash_kernel": mistake("flash_kernel", "the causal mask, but every key tile visited")}},
     # the half-split RoPE layout costs apply_rope's points only: the MLA exercises that use it are
     # compared with the reference built on the student's own apply_rope as well
     "noor_rope_layout": {"latent_attention": {"rope": mistake("rope", "the half-split layout (rotate_half)")}},
