@@ -27,21 +27,44 @@ KIT_FILES = Path(__file__).resolve().parent / "kit"
 STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "notebook", "ipykernel")
 
 
-def _pins(course):
-    pins = {}
+def _requirement_lines(course):
+    """package name -> its whole line in requirements.txt (the pin and any environment marker)."""
+    lines = {}
     for line in (course.root / "requirements.txt").read_text().splitlines():
         if "==" in line and not line.startswith("#"):
-            name, version = line.split("==", 1)
-            pins[name.strip().lower()] = version.strip()
-    return pins
+            lines[line.split("==", 1)[0].strip().lower()] = line.strip()
+    return lines
 
 
-def student_requirements(course):
-    pins = _pins(course)
-    missing = [name for name in STUDENT_PACKAGES if name not in pins]
+def _pins(course):
+    return {name: line.split("==", 1)[1].split(";", 1)[0].strip() for name, line in _requirement_lines(course).items()}
+
+
+def pinned(course, names):
+    """The requirement lines of `names` in the course's requirements.txt; CourseError names any missing."""
+    lines = _requirement_lines(course)
+    missing = [name for name in names if name not in lines]
     if missing:
         raise CourseError(f"requirements.txt does not pin {', '.join(missing)}")
-    return "".join(f"{name}=={pins[name]}\n" for name in STUDENT_PACKAGES)
+    return [lines[name] for name in names]
+
+
+def student_requirements(course, assignments=()):
+    """The student kit's requirements: what every notebook needs, and what the given assignments add
+    (course.yml's `packages`, e.g. triton for the kernel track), pinned as the course pins them."""
+    extra = [name for assignment in assignments for name in assignment.packages]
+    return "".join(line + "\n" for line in pinned(course, [*STUDENT_PACKAGES, *dict.fromkeys(extra)]))
+
+
+def extra_packages(course, assignments):
+    """The README's sentence on what some assignments need beyond the core ("" when none do)."""
+    needs = [f"`{a.id}` needs `{line}`" for a in assignments for line in pinned(course, a.packages)]
+    if not needs:
+        return ""
+    linux = any('sys_platform == "linux"' in need for need in needs)
+    return ("\n" + "; ".join(needs) + " (in requirements.txt)."
+            + (" That package is built for Linux only: on macOS or Windows, work in WSL, on a Linux machine or in "
+               "a hosted notebook." if linux else ""))
 
 
 def assignments_table(assignments):
@@ -71,9 +94,9 @@ def build_student_kit(course, folder, moment=None):
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
     pins = _pins(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
-    readme = readme.replace("{assignments}", assignments_table(chosen))
+    readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))
     (folder / "README.md").write_text(readme.replace("{course}", course.name))
-    (folder / "requirements.txt").write_text(student_requirements(course))
+    (folder / "requirements.txt").write_text(student_requirements(course, chosen))
     shutil.copyfile(KIT_FILES / "self_check.py", folder / "self_check.py")
     workflow = folder / ".github" / "workflows" / "self-check.yml"
     workflow.parent.mkdir(parents=True)
@@ -144,5 +167,7 @@ def build_gradescope(course, assignment, archive):
             handle.writestr(info, data, zipfile.ZIP_DEFLATED)
         if course.torch_index_url:
             handle.writestr("torch-index.txt", course.torch_index_url + "\n")
+        if assignment.packages:   # what this assignment adds to grading (setup.sh installs it after the lock)
+            handle.writestr("packages.txt", "".join(line + "\n" for line in pinned(course, assignment.packages)))
         handle.writestr("assignment.txt", assignment.id + "\n")
     return archive

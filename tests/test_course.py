@@ -95,3 +95,10 @@ def test_notebook_states_its_torch_version_and_labels_its_heatmaps(assignment, n
         if "imshow(" in cell.source:  # every heatmap: axis labels, integer ticks, a colour bar
             for needed in ("xlabel(", "ylabel(", "ticks(", "colorbar("):
                 assert needed in cell.source, (cell.source[:80], needed)
+
+
+def test_every_package_an_assignment_adds_is_pinned_in_requirements():
+    from autograder.kits import pinned
+    extra = sorted({name for assignment in COURSE.assignments for name in assignment.packages})
+    assert extra == ["triton"]
+    assert pinned(COURSE, extra) == ['triton==3.9.0; sys_platform == "linux"']

@@ -79,6 +79,7 @@ def test_the_kit_holds_only_what_is_released(tmp_path, when, expected):
     process = build_kit(tmp_path / "kit", when)
     assert process.returncode == 0, process.stderr
     assert kit_assignments(tmp_path / "kit") == expected
+    assert "triton" not in (tmp_path / "kit" / "requirements.txt").read_text()  # only with the kernel track
     with zipfile.ZipFile(tmp_path / "kit.zip") as archive:
         assert sorted({name.split("/")[0] for name in archive.namelist() if "/" in name} - {".github"}) == expected
 
@@ -187,8 +188,11 @@ def test_student_kit_has_notebooks_readme_requirements_and_workflow(kit):
     for assignment in COURSE.assignments:
         for notebook in assignment.notebooks:
             assert (kit / assignment.id / notebook.filename).is_file()
-    assert "torch==2.13.0" in (kit / "requirements.txt").read_text()
+    requirements = (kit / "requirements.txt").read_text().splitlines()
+    assert "torch==2.13.0" in requirements
+    assert 'triton==3.9.0; sys_platform == "linux"' in requirements   # the kernel track is in this kit
     readme = (kit / "README.md").read_text()
+    assert '`triton_attention` needs `triton==3.9.0; sys_platform == "linux"`' in readme and "Linux only" in readme
     assert "not your grade" in readme and "2.13.0" in readme
     assert (kit / ".github" / "workflows" / "self-check.yml").is_file() and (kit / "self_check.py").is_file()
 
@@ -237,6 +241,7 @@ def autograder_tree(tmp_path_factory):
     assert not any(name.startswith(("solutions/masks", "exercises/masks")) for name in names)
     suites = sorted(name.rsplit("/", 1)[1] for name in names if name.startswith("autograder/suites/test_"))
     assert suites == ["test_sdpa.py"]  # its own hidden suite, no other
+    assert "packages.txt" not in names   # nothing beyond the lock: Triton only comes with the kernel track
     for script in ("setup.sh", "run_autograder"):
         (root / "source" / script).chmod(0o755)
     # Shorter limits than the course's, so that the hanging submission costs seconds here.
@@ -245,6 +250,18 @@ def autograder_tree(tmp_path_factory):
                           .replace("call_timeout: 5 ", "call_timeout: 2 "))
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     return root
+
+
+def test_gradescope_zip_of_the_kernel_track_adds_triton_and_only_its_suites(tmp_path):
+    process = run_grader("gradescope-zip", "--assignment", "triton_attention", "--out", tmp_path / "autograder.zip")
+    assert process.returncode == 0, process.stderr
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
+        names = archive.namelist()
+        packages = archive.read("packages.txt").decode()
+    assert packages == 'triton==3.9.0; sys_platform == "linux"\n'
+    suites = sorted(name.rsplit("/", 1)[1] for name in names if name.startswith("autograder/suites/test_"))
+    assert suites == ["test_flash_kernel.py", "test_kernel_autograd.py", "test_kernel_roofline.py",
+                      "test_softmax_kernel.py"]
 
 
 def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdout=None):

@@ -31,7 +31,9 @@ ATTENTION_FUNCTIONS = ("multi_head_attention_forward",)
 # Names a reader of the source would recognise as the built-in (for messages and the static check).
 BUILTIN_NAMES = ("scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention",
                  "_scaled_dot_product_attention_math", "flex_attention")
-DISPATCH_KEYS = ("CPU", "AutogradCPU")
+# Where the guard refuses: the CPU, and the CUDA device where the grader runs kernels on one
+# (AUTOGRADER_KERNEL_DEVICE=cuda: a kernel assignment's tensors live there during its calls).
+DISPATCH_KEYS = ("CPU", "AutogradCPU") + (("CUDA", "AutogradCUDA") if torch.cuda.is_available() else ())
 
 
 class BuiltinAttentionForbidden(RuntimeError):

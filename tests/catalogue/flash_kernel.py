@@ -14,6 +14,17 @@ VALUES = ("matches_attention", "logsumexp", "lengths_the_blocks_do_not_divide", 
           "keeps_float16", "large_scores_stay_finite")
 K_LOAD = "mask=cols[:, None] < Sk, other=0.0)                     # [BLOCK_N, D]\n        v = tl.load"
 RESCALE = "acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)"
+SIGNATURE = '''@triton.jit
+def flash_attention_kernel(
+    Q, K, V, Out, Lse,
+    stride_qb, stride_qh, stride_qs, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_os, stride_od,
+    H, Sq, Sk, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+):
+'''
 
 
 MISTAKES = [
@@ -59,25 +70,56 @@ MISTAKES = [
 
 
 VARIANTS = [
-    Variant("the scale folded into the queries and exp2 with log2(e)", changed(
-        "        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale                   # [BLOCK_M, BLOCK_N]\n",
-        "        s = tl.dot(q, tl.trans(k)).to(tl.float32) * (scale * 1.4426950408889634)\n",
-        "        rescale = tl.exp(m - m_new)                                         # [BLOCK_M]\n"
-        "        p = tl.exp(s - m_new[:, None])                                      # [BLOCK_M, BLOCK_N]\n",
-        "        rescale = tl.exp2(m - m_new)\n        p = tl.exp2(s - m_new[:, None])\n",
-        "tl.store(Lse + head * Sq + rows, m + tl.log(l), mask=rows < Sq)",
-        "tl.store(Lse + head * Sq + rows, (m + tl.log2(l)) * 0.6931471805599453, mask=rows < Sq)")),
-    Variant("pointers advanced tile by tile, products by broadcasting", '''@triton.jit
-def flash_attention_kernel(
-    Q, K, V, Out, Lse,
-    stride_qb, stride_qh, stride_qs, stride_qd,
-    stride_kb, stride_kh, stride_ks, stride_kd,
-    stride_vb, stride_vh, stride_vs, stride_vd,
-    stride_ob, stride_oh, stride_os, stride_od,
-    H, Sq, Sk, scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-):
-    i = tl.program_id(0)
+    Variant("exp2 with the scale and log2(e) folded into the queries, a block pointer per tensor", SIGNATURE + '''
+    LOG2E: tl.constexpr = 1.4426950408889634
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    batch, head = pid_bh // H, pid_bh % H
+    m_range = start_m + tl.arange(0, BLOCK_M)
+    n_range = tl.arange(0, BLOCK_N)
+    d_range = tl.arange(0, D)
+    q_base = Q + batch * stride_qb + head * stride_qh
+    k_base = K + batch * stride_kb + head * stride_kh
+    v_base = V + batch * stride_vb + head * stride_vh
+    queries = tl.load(q_base + m_range[:, None] * stride_qs + d_range[None, :] * stride_qd,
+                      mask=m_range[:, None] < Sq, other=0.0).to(tl.float32) * (scale * LOG2E)
+    running_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    running_sum = tl.zeros([BLOCK_M], tl.float32)
+    output = tl.zeros([BLOCK_M, D], tl.float32)
+    stop = tl.minimum(start_m + BLOCK_M, Sk) if CAUSAL else Sk
+    for key_start in range(0, stop, BLOCK_N):
+        key_pos = key_start + n_range
+        in_range = key_pos < Sk
+        keys = tl.load(k_base + key_pos[:, None] * stride_ks + d_range[None, :] * stride_kd,
+                       mask=in_range[:, None], other=0.0).to(tl.float32)
+        values = tl.load(v_base + key_pos[:, None] * stride_vs + d_range[None, :] * stride_vd,
+                         mask=in_range[:, None], other=0.0).to(tl.float32)
+        logits = tl.dot(queries, tl.trans(keys))
+        allowed = in_range[None, :] & ((key_pos[None, :] <= m_range[:, None]) | (not CAUSAL))
+        logits = tl.where(allowed, logits, -float("inf"))
+        new_max = tl.maximum(running_max, tl.max(logits, axis=1))
+        correction = tl.exp2(running_max - new_max)
+        weights = tl.exp2(logits - new_max[:, None])
+        running_sum = running_sum * correction + tl.sum(weights, axis=1)
+        output = output * correction[:, None] + tl.dot(weights, values)
+        running_max = new_max
+    o_base = Out + batch * stride_ob + head * stride_oh
+    tl.store(o_base + m_range[:, None] * stride_os + d_range[None, :] * stride_od, output / running_sum[:, None],
+             mask=m_range[:, None] < Sq)
+    tl.store(Lse + pid_bh * Sq + m_range, (running_max + tl.log2(running_sum)) / LOG2E, mask=m_range < Sq)
+
+
+def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
+    batch, heads, length, dim = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, heads, length), device=q.device, dtype=torch.float32)
+    launch = (triton.cdiv(length, block_m), batch * heads)
+    flash_attention_kernel[launch](q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                                   heads, length, k.shape[2], dim ** -0.5,
+                                   CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=dim)
+    return out, lse
+'''),
+    Variant("pointers advanced tile by tile, products by broadcasting", SIGNATURE + '''    i = tl.program_id(0)
     bh = tl.program_id(1)
     offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -147,17 +189,7 @@ GAMING = [
         "        s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool).triu(1), -math.inf)\n"
         "    return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype), torch.logsumexp(s, dim=-1)\n"),
         loses=MEASURED, says="torch"),
-    Gaming("the scores by the kernel's products, the softmax in torch", '''@triton.jit
-def flash_attention_kernel(
-    Q, K, V, Out, Lse,
-    stride_qb, stride_qh, stride_qs, stride_qd,
-    stride_kb, stride_kh, stride_ks, stride_kd,
-    stride_vb, stride_vh, stride_vs, stride_vd,
-    stride_ob, stride_oh, stride_os, stride_od,
-    H, Sq, Sk, scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-):
-    pass
+    Gaming("the scores by the kernel's products, the softmax in torch", SIGNATURE + '''    pass
 
 
 def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):

@@ -34,6 +34,10 @@ version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ -f "requirements-$version.txt" ] ||
   fail "no package lock for Python $version here (requirements-3.10/3.11/3.12.txt): choose Ubuntu 22.04, Debian 12 or Ubuntu 24.04"
 "$root/venv/bin/python" -m pip install --quiet "${index[@]}" -r "requirements-$version.txt"
+# packages.txt: what this assignment adds (course.yml's packages, e.g. Triton for the kernel track).
+if [ -s packages.txt ]; then
+  "$root/venv/bin/python" -m pip install --quiet -r packages.txt
+fi
 
 # The build's own test: the reference solution, graded in the sandbox as a submission would be.
 assignment="$(cat assignment.txt)"
