@@ -124,46 +124,46 @@ def test_computes_attention(student):
 
 
 def test_returns_output_and_logsumexp(student):
-    q, k, v = inputs(2, 3, 48, 32, 16, seed=2)
-    out, lse, _ = flash(student, q, k, v)
-    checks.shape(out, (2, 3, 48, 16), "out", "One output row of width D per query: [B, H, Sq, D].")
-    checks.shape(lse, (2, 3, 48), "lse", "One logsumexp per query: [B, H, Sq].")
+    q, k, v = inputs(2, 3, 40, 32, 16, seed=2)
+    out, lse, _ = flash(student, q, k, v, False, 64, 32)
+    checks.shape(out, (2, 3, 40, 16), "out", "One output row of width D per query: [B, H, Sq, D].")
+    checks.shape(lse, (2, 3, 40), "lse", "One logsumexp per query: [B, H, Sq].")
     checks.dtype(out, torch.float32, "out", CAUSES["dtype"])
     checks.dtype(lse, torch.float32, "lse", CAUSES["dtype"])
 
 
 def test_matches_attention(student):
-    compare(student, *inputs(2, 2, 64, 96, 16, seed=3), "64 queries, 96 keys, blocks of 32 and 16")
+    compare(student, *inputs(1, 2, 64, 96, 16, seed=3), "64 queries, 96 keys, blocks of 32", block_n=32)
 
 
 def test_logsumexp(student):
     for causal, seed in ((False, 4), (True, 5)):
-        q, k, v = inputs(1, 2, 64, 64 if causal else 80, 16, seed=seed)
+        q, k, v = inputs(1, 1, 64, 64 if causal else 80, 16, seed=seed)
         _, lse, _ = flash(student, q, k, v, causal)
         checks.close(lse, A.attention_lse(q, k, v, causal)[1].float(), f"lse ({'causal' if causal else 'not causal'})",
                      "lse = m + log(l) after the last key tile.", named_mistakes(q, k, v, causal, 32, 16, 1))
 
 
 def test_lengths_the_blocks_do_not_divide(student):
-    compare(student, *inputs(1, 2, 70, 45, 16, seed=6), "70 queries, 45 keys, blocks of 32 and 16",
+    compare(student, *inputs(1, 1, 70, 45, 16, seed=6), "70 queries, 45 keys, blocks of 32 and 16",
             hint="The last query tile and the last key tile are shorter: mask rows >= Sq and cols >= Sk.",
             lse_too=True)
 
 
 def test_strided_inputs(student):
-    q, k, v = inputs(2, 3, 40, 40, 16, seed=7)
+    q, k, v = inputs(2, 2, 40, 40, 16, seed=7)
     q, k, v = A.sequence_major(q), A.padded(k), A.sequence_major(v)
     compare(student, q, k, v, "q and v laid out as [B, S, H, D] in memory, k with rows 32 elements apart",
-            block_m=16, block_n=16, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
+            block_m=32, block_n=16, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 
 
 def test_causal(student):
-    compare(student, *inputs(1, 2, 70, 70, 16, seed=8), "causal, 70 tokens, blocks of 32 and 16", causal=True,
+    compare(student, *inputs(1, 1, 70, 70, 16, seed=8), "causal, 70 tokens, blocks of 32 and 16", causal=True,
             hint="With causal=True, query i attends to keys j <= i.", lse_too=True)
 
 
 def test_keeps_float16(student):
-    q, k, v = inputs(1, 2, 48, 48, 32, seed=9, dtype=torch.float16)
+    q, k, v = inputs(1, 1, 48, 48, 32, seed=9, dtype=torch.float16)
     out, lse, _ = flash(student, q, k, v, False, 16, 16)
     checks.dtype(out, torch.float16, "out of float16 inputs", CAUSES["dtype"])
     checks.dtype(lse, torch.float32, "lse of float16 inputs", CAUSES["dtype"])
@@ -205,9 +205,9 @@ def tile_loads(n, d, block_m, block_n, causal):
 
 def test_causal_skips_tiles_above_the_diagonal(student):
     """Two counted calls on the same input, causal and not: values first, then the elements their
-    loads addressed.  Visiting only the tiles on or below the diagonal addresses 0.59 of what
-    visiting every tile does here (8 query tiles of 16); up to 0.75 is accepted."""
-    n, d, block = 128, 16, 16
+    loads addressed.  Visiting only the tiles on or below the diagonal addresses 0.62 of what
+    visiting every tile does here (6 query tiles of 16); up to 0.75 is accepted."""
+    n, d, block = 96, 16, 16
     q, k, v = inputs(1, 1, n, n, d, seed=12)
     addressed = {}
     for causal in (False, True):
