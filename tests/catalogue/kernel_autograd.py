@@ -31,11 +31,24 @@ MISTAKES = [
 
 
 VARIANTS = [
-    Variant("the options kept as a tuple, the kernel's own blocks", changed(
-        "        out, lse = triton_flash_attention(q, k, v, causal)\n",
-        "        out, lse = triton_flash_attention(q, k, v, causal, block_m=16, block_n=16)\n",
-        "        ctx.causal = causal\n", "        ctx.options = (causal, 64, 64)\n",
-        BACKWARD_CALL, "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out, *ctx.options)")),
+    Variant("the options kept on ctx, the kernel's own blocks, gradients from a tuple", '''class TritonAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key, value, causal=False):
+        result, logsumexp = triton_flash_attention(query, key, value, causal, block_m=16, block_n=16)
+        ctx.options = (causal, 64, 64)
+        ctx.save_for_backward(query, key, value, result, logsumexp)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        saved = ctx.saved_tensors
+        grads = flash_attention_backward(*saved[:4], saved[4].to(saved[0].dtype), grad_output, *ctx.options)
+        return tuple(grads) + (None,)
+
+
+def triton_attention(q, k, v, causal=False):
+    return TritonAttention.apply(q, k, v, causal)
+'''),
 ]
 
 

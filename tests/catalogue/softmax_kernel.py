@@ -62,10 +62,25 @@ def triton_softmax(x):
     softmax_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1], BLOCK=16)
     return out
 '''),
-    Variant("a contiguous copy first, the row stride from the shape", changed(
-        "    if x.stride(1) != 1:                                     # the kernel walks a row with step 1\n"
-        "        x = x.contiguous()\n", "    x = x.contiguous()\n",
-        "softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0)", "softmax_kernel[(rows,)](out, x, cols, cols")),
+    Variant("a contiguous copy first, the row stride from the shape", '''@triton.jit
+def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    r = tl.program_id(axis=0)
+    idx = tl.arange(0, BLOCK)
+    valid = idx < n_cols
+    logits = tl.load(x_ptr + r * x_row_stride + idx, mask=valid, other=float("-inf"))
+    logits = logits.to(tl.float32)
+    shifted = logits - tl.max(logits, axis=0)
+    e = tl.where(valid, tl.exp(shifted), 0.0)
+    tl.store(out_ptr + r * out_row_stride + idx, e / tl.sum(e, axis=0), mask=valid)
+
+
+def triton_softmax(x):
+    n_rows, n_cols = x.shape
+    source = x.contiguous()
+    result = torch.empty_like(source)
+    softmax_kernel[(n_rows,)](result, source, n_cols, n_cols, n_cols, BLOCK=max(16, triton.next_power_of_2(n_cols)))
+    return result
+'''),
 ]
 
 
