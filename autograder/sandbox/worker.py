@@ -31,6 +31,10 @@ ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no child may read
 
 os.environ["MPLBACKEND"] = "Agg"
 sys.dont_write_bytecode = True
+# torch imports Triton wherever it is installed (torch.optim does, for its compiler), a second of every
+# worker's start that only an assignment with kernels needs: hidden from torch while it loads and warms
+# up, Triton is imported by kernels.py when such an assignment's first submission is forked.
+sys.modules["triton"] = None
 
 import matplotlib  # noqa: E402
 
@@ -77,6 +81,7 @@ def _saved(value):
 
 
 warm_up()
+del sys.modules["triton"]
 import handlers  # noqa: E402  (after the filter, the imports and the warm-up)
 
 SCRATCH_ROOTS = ("/tmp", "/dev/shm")
