@@ -101,7 +101,11 @@ FLOAT32_HINT = ("It agrees with the correct values to about 7 digits only, the p
 
 
 def known_mistake(actual, mistakes):
-    """'It matches what <mistake> gives.' when actual equals what one of the mistakes computes."""
+    """'It matches what <mistake> gives.' when actual equals what one of the mistakes computes.
+    mistakes may also be a function that returns them: the checks call it only for a wrong value,
+    so a suite's recomputed mistakes cost nothing while the answers are right."""
+    if callable(mistakes):
+        mistakes = mistakes()
     for name, value in (mistakes or {}).items():
         if value is not None and is_close(actual, value):
             return f"It matches what {name} gives."
@@ -118,7 +122,8 @@ def float32_precision(actual, expected):
 def close(actual, expected, what, hint="", mistakes=None, picture=None):
     """actual must equal expected within the dtype's tolerance.
 
-    mistakes maps a mistake's description to what a submission with that mistake would return;
+    mistakes maps a mistake's description to what a submission with that mistake would return (or
+    is a function that returns that map, called only when actual is wrong);
     when the student's value matches one, the feedback names it; a float64 value right only to
     float32 precision is named as such; otherwise the feedback gives `hint` (a statement of the
     property, or nothing: never a guess).

@@ -103,10 +103,11 @@ def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=S
     sent = [A.laid_out(x) if not x.is_contiguous() else x for x in (q, k, v)]
     out, lse, _ = flash(student, *sent, causal, block_m, block_n)
     want_out, want_lse = A.attention_lse(q, k, v, causal)
-    checks.close(out, want_out.to(q.dtype), f"out ({what})", hint, named_mistakes(q, k, v, causal, block_m, block_n, 0))
+    checks.close(out, want_out.to(q.dtype), f"out ({what})", hint,
+                 lambda: named_mistakes(q, k, v, causal, block_m, block_n, 0))
     if lse_too:
         checks.close(lse, want_lse.float(), f"lse ({what})", "lse = m + log(l) after the last key tile.",
-                     named_mistakes(q, k, v, causal, block_m, block_n, 1))
+                     lambda: named_mistakes(q, k, v, causal, block_m, block_n, 1))
 
 
 def inputs(b, h, sq, sk, d, seed, dtype=torch.float32, scale=1.0):
@@ -141,7 +142,7 @@ def test_logsumexp(student):
         q, k, v = inputs(1, 1, 64, 64 if causal else 80, 16, seed=seed)
         _, lse, _ = flash(student, q, k, v, causal)
         checks.close(lse, A.attention_lse(q, k, v, causal)[1].float(), f"lse ({'causal' if causal else 'not causal'})",
-                     "lse = m + log(l) after the last key tile.", named_mistakes(q, k, v, causal, 32, 16, 1))
+                     "lse = m + log(l) after the last key tile.", lambda: named_mistakes(q, k, v, causal, 32, 16, 1))
 
 
 def test_lengths_the_blocks_do_not_divide(student):
@@ -154,7 +155,7 @@ def test_strided_inputs(student):
     q, k, v = inputs(2, 2, 40, 40, 16, seed=7)
     q, k, v = A.sequence_major(q), A.padded(k), A.sequence_major(v)
     compare(student, q, k, v, "q and v laid out as [B, S, H, D] in memory, k with rows 32 elements apart",
-            block_m=32, block_n=16, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
+            block_m=64, block_n=32, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 
 
 def test_causal(student):
@@ -168,7 +169,7 @@ def test_keeps_float16(student):
     checks.dtype(out, torch.float16, "out of float16 inputs", CAUSES["dtype"])
     checks.dtype(lse, torch.float32, "lse of float16 inputs", CAUSES["dtype"])
     checks.close(out, A.attention_lse(q, k, v)[0].half(), "out (float16, 48 tokens, D = 32)",
-                 "Accumulate m, l and acc in float32.", named_mistakes(q, k, v, False, 16, 16, 0))
+                 "Accumulate m, l and acc in float32.", lambda: named_mistakes(q, k, v, False, 16, 16, 0))
 
 
 def test_large_scores_stay_finite(student):
@@ -188,7 +189,7 @@ def test_the_kernel_does_the_work(student):
     q, k, v = inputs(1, 2, 64, 48, 16, seed=11)
     out, lse, reply = flash(student, q, k, v, False, 32, 16, count_flops=True, count_kernels=True)
     checks.close(out, A.attention_lse(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
-                 "The counted call must first give the right answer.", named_mistakes(q, k, v, False, 32, 16, 0))
+                 "The counted call must first give the right answer.", lambda: named_mistakes(q, k, v, False, 32, 16, 0))
     A.check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
                         least_addressed=q.numel() + k.numel() + v.numel())
 
@@ -205,9 +206,9 @@ def tile_loads(n, d, block_m, block_n, causal):
 
 def test_causal_skips_tiles_above_the_diagonal(student):
     """Two counted calls on the same input, causal and not: values first, then the elements their
-    loads addressed.  Visiting only the tiles on or below the diagonal addresses 0.62 of what
-    visiting every tile does here (6 query tiles of 16); up to 0.75 is accepted."""
-    n, d, block = 96, 16, 16
+    loads addressed.  Visiting only the tiles on or below the diagonal addresses 0.67 of what
+    visiting every tile does here (4 query tiles of 16); up to 0.75 is accepted."""
+    n, d, block = 64, 16, 16
     q, k, v = inputs(1, 1, n, n, d, seed=12)
     addressed = {}
     for causal in (False, True):
@@ -215,7 +216,7 @@ def test_causal_skips_tiles_above_the_diagonal(student):
         checks.close(out, A.attention_lse(q, k, v, causal)[0].float(),
                      f"out of the counted call ({'causal' if causal else 'not causal'}, {n} tokens)",
                      "The counted call must first give the right answer.",
-                     named_mistakes(q, k, v, causal, block, block, 0))
+                     lambda: named_mistakes(q, k, v, causal, block, block, 0))
         A.check_kernel_work(reply, f"triton_flash_attention(causal={causal})",
                             least_flops=attention_flops(n, n, d, 1) // (3 if causal else 1))
         addressed[causal] = reply["kernels"]["addressed"]

@@ -94,7 +94,7 @@ def compare_output(student, q, k, v, what, causal=False, block_q=BLOCK_Q, block_
     out, _, _ = flash(student, q, k, v, causal, block_q, block_k)
     mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
     checks.close(out, A.attention(q, k, v, mask)[0], f"out ({what})", hint,
-                 named_mistakes(q, k, v, causal, block_q, block_k, 0))
+                 lambda: named_mistakes(q, k, v, causal, block_q, block_k, 0))
 
 
 def tile_skip_flops(n, d, d_v, block_q, block_k):
@@ -144,7 +144,7 @@ def test_logsumexp(student):
         _, lse, _ = flash(student, q, k, v, causal)
         want = A.logsumexp(q, k, A.tril(64) if causal else None)
         checks.close(lse, want, f"lse ({'causal' if causal else 'not causal'})", "lse = m + log(l) after the last tile.",
-                     named_mistakes(q, k, v, causal, BLOCK_Q, BLOCK_K, 1))
+                     lambda: named_mistakes(q, k, v, causal, BLOCK_Q, BLOCK_K, 1))
 
 
 def test_lengths_the_blocks_do_not_divide(student):
@@ -176,7 +176,7 @@ def test_causal_skips_tiles_above_the_diagonal(student):
     out, _, reply = flash(student, q, k, v, True, block_q, block_k, count_flops=True)
     checks.close(out, A.attention(q, k, v, A.tril(n))[0], f"out of the counted call (causal, {n} tokens)",
                  "The counted call must first give the right answer: the work of a wrong answer earns nothing.",
-                 named_mistakes(q, k, v, True, block_q, block_k, 0))
+                 lambda: named_mistakes(q, k, v, True, block_q, block_k, 0))
     heads = q.shape[0] * q.shape[1]
     skip = heads * tile_skip_flops(n, 8, 8, block_q, block_k)
     A.check_work(reply, f"flash_attention(causal=True) on {n} tokens with blocks of {block_q} and {block_k}",

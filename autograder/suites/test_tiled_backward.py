@@ -90,7 +90,7 @@ def compare(student, q, k, v, d_out, what, names=NAMES, causal=False, block_q=BL
     for index, name in enumerate(NAMES):
         if name in names:
             checks.close(grads[index], want[index], f"{name} ({what})", HINT[name],
-                         named_mistakes(q, k, v, d_out, mask, index, block_q, block_k))
+                         lambda: named_mistakes(q, k, v, d_out, mask, index, block_q, block_k))
 
 
 def test_computes_gradients(student):
