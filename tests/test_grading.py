@@ -59,9 +59,15 @@ def _printing_sdpa():
                 '    d_k = q.size(-1)\n    print("shapes", q.shape)\n    warnings.warn("careful")\n'))
 
 
+# The instructor's own notebook graded as a submission (what Gradescope's setup.sh does with it), for
+# two assignments; every assignment's reference answers get full marks in the sample class (ada_perfect,
+# tests/test_sample_class.py), which grades them once for the whole suite.
+SOLUTION_ASSIGNMENTS = ["scaled_attention", "multi_head"]
+
+
 def build(submitted):
     for assignment in ASSIGNMENTS:
-        for notebook in COURSE.assignment(assignment).notebooks:
+        for notebook in COURSE.assignment(assignment).notebooks if assignment in SOLUTION_ASSIGNMENTS else ():
             folder = submitted / f"solution_{assignment}" / assignment
             folder.mkdir(parents=True)
             (folder / notebook.filename).write_bytes(
@@ -170,7 +176,7 @@ def by_name(result):
     return {test["name"]: test for test in result["tests"]}
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", SOLUTION_ASSIGNMENTS)
 def test_solutions_get_full_marks(graded, assignment):
     result = graded(f"solution_{assignment}", assignment)
     failed = [(t["name"], t["output"]) for t in result["tests"] if t["score"] != t["max_score"]]

@@ -2,6 +2,7 @@
 of it merged."""
 
 import csv
+import json
 import re
 import shutil
 import subprocess
@@ -69,6 +70,16 @@ def test_committed_sample_class_is_up_to_date(tmp_path):
     for path in committed:
         assert (SUBMITTED / path).read_bytes() == (fresh / path).read_bytes(), \
             f"run `make sample-class`: {path} is stale"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reference_answers_pass_every_hidden_test(graded, assignment):
+    """ada_perfect hands in every assignment with the reference answers: every hidden test passes."""
+    out, _, _, _ = graded
+    result = json.loads((out / "results" / "ada_perfect" / assignment / "results.json").read_text())
+    failed = [(test["name"], test["output"]) for test in result["tests"] if test["score"] != test["max_score"]]
+    assert failed == []
+    assert result["score"] == result["max_score"] == COURSE.assignment(assignment).max_score
 
 
 def test_scores_are_as_expected(graded):
