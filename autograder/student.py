@@ -169,7 +169,7 @@ class Worker:
         replies_read, replies_write = os.pipe()
         order = {"op": "fork", "memory_mb": memory_mb}
         if kernels:
-            order.update(kernels=kernels, device=jail.kernel_device())
+            order["kernels"] = kernels
         try:
             reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernels else CONTROL_TIMEOUT)
         except WorkerError:

@@ -35,14 +35,14 @@ class OutOfBounds(IndexError):
     """A kernel's load or store reached memory outside every tensor passed to its launch."""
 
 
-def load(device="cpu"):
-    """Import Triton for the children to come (once); device "cuda" compiles for the GPU."""
+def load():
+    """Import Triton for the children to come (once).  Whether its interpreter runs the kernels was
+    decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
+    without it they are compiled for the CUDA device."""
     global INTERPRETED
     if INTERPRETED is not None:
         return
-    INTERPRETED = device != "cuda"
-    if INTERPRETED:
-        os.environ["TRITON_INTERPRET"] = "1"
+    INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
     os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/.triton/cache")
     os.environ.setdefault("TRITON_HOME", "/tmp")
     import triton  # noqa: F401

@@ -104,12 +104,14 @@ class Strided:
         self.tensor = tensor
 
 
+def _last_offset(shape, strides):
+    """How far a layout's last element lies from its first, in elements (-1 when it holds none)."""
+    return sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else -1
+
+
 def _span(tensor):
     """The elements of memory from the tensor's first element to its last, as a 1-D copy."""
-    if tensor.numel() == 0:
-        return tensor.new_empty(0)
-    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-    return torch.as_strided(tensor, (last + 1,), (1,)).clone()
+    return torch.as_strided(tensor, (_last_offset(tensor.shape, tensor.stride()) + 1,), (1,)).clone()
 
 
 def clean_text(text):
@@ -125,8 +127,7 @@ def encode(value):
         tensor = value.tensor.detach()
         if type(tensor) is not torch.Tensor or any(stride < 0 for stride in tensor.stride()):
             raise Unsupported("a strided tensor that is not a plain tensor with positive strides")
-        return ["strided", [_span(tensor), ["tuple", [["py", int(n)] for n in tensor.shape]],
-                            ["tuple", [["py", int(n)] for n in tensor.stride()]]]]
+        return ["strided", [_span(tensor), encode(tuple(tensor.shape)), encode(tuple(tensor.stride()))]]
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise Unsupported("a NumPy array of Python objects")
@@ -191,8 +192,7 @@ def _strided(payload, budget, depth):
     if (type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides) or len(shape) > 8
             or not all(type(n) is int and n >= 0 for n in shape + strides) or span.dim() != 1):
         raise ProtocolError("a strided tensor with a malformed layout")
-    last = sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else -1
-    if last >= span.numel() or int(np.prod(shape, dtype=np.int64)) > MAX_TENSOR_ELEMENTS:
+    if _last_offset(shape, strides) >= span.numel() or int(np.prod(shape, dtype=np.int64)) > MAX_TENSOR_ELEMENTS:
         raise ProtocolError("a strided tensor whose layout reaches past its memory")
     return torch.as_strided(span, shape, strides)
 

@@ -31,8 +31,8 @@ ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no child may read
 
 os.environ["MPLBACKEND"] = "Agg"
 sys.dont_write_bytecode = True
-# torch imports Triton wherever it is installed (torch.optim does, for its compiler), a second of every
-# worker's start that only an assignment with kernels needs: hidden from torch while it loads and warms
+# torch imports Triton wherever it is installed (torch.optim does, for its compiler), at every worker's
+# start, though only an assignment with kernels needs it: hidden from torch while it loads and warms
 # up, Triton is imported by kernels.py when such an assignment's first submission is forked.
 sys.modules["triton"] = None
 
@@ -127,7 +127,7 @@ def wipe_scratch():
             _empty(root, os.stat(root).st_dev)
 
 
-def prepare_kernels(kind, device):
+def prepare_kernels(kind):
     """Import what an assignment's kernels need before its first child is forked (kernels.py);
     a line for the instructor when that cannot be done here, else ""."""
     if not kind:
@@ -136,7 +136,7 @@ def prepare_kernels(kind, device):
         return f"unknown kernels {kind!r} (course.yml knows kernels: triton)"
     try:
         import kernels
-        kernels.load(device)
+        kernels.load()
     except ImportError as error:
         return f"this assignment's kernels need Triton, which the grader's environment lacks ({error})"
     return ""
@@ -157,7 +157,7 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "fork":
-            problem = prepare_kernels(order.get("kernels"), order.get("device", "cpu"))
+            problem = prepare_kernels(order.get("kernels"))
             if problem:
                 for fd in fds:
                     os.close(fd)

@@ -57,7 +57,7 @@ def mistaken(q, k, v, causal, block_m, block_n, mistake):
         i1 = min(i0 + block_m, sq)
         m = torch.full((*lead, i1 - i0), -math.inf, dtype=torch.float64)
         l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, d, dtype=torch.float64)
-        end = min(i1 if mistake != "no_skip" else sk, sk) if causal else sk
+        end = min(i1, sk) if causal else sk
         for j0 in range(0, end, block_n):
             j1 = j0 + block_n
             keys = torch.arange(j0, j1)

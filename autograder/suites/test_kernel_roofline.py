@@ -50,14 +50,17 @@ def roofline(student, *args):
     return result
 
 
+def equal(index, got, want):
+    """FLOPs and bytes (index 0, 1) are whole numbers; seconds (2) equal to rounding."""
+    return math.isclose(got, want, rel_tol=1e-9) if index == 2 else got == want
+
+
 def check(student, args, index, what, mistakes=()):
     got = roofline(student, *args)[index]
-    want = costs(*args)[index]
-    if (math.isclose(got, want, rel_tol=1e-9) if index == 2 else got == want):
+    if equal(index, got, costs(*args)[index]):
         return
     for key in mistakes:
-        wrong = costs(*args, mistake=key)[index]
-        if (math.isclose(got, wrong, rel_tol=1e-9) if index == 2 else got == wrong):
+        if equal(index, got, costs(*args, mistake=key)[index]):
             raise checks.Feedback(f"{what} of kernel_roofline{args} is {got:,}, which is not right.", CAUSES[key])
     raise checks.Feedback(f"{what} of kernel_roofline{args} is {got:,}, which is not right.", STATEMENT)
 
