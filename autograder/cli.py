@@ -68,7 +68,7 @@ def _gradescope(args, course):
     try:
         chosen = choose_notebooks(assignment, args.submission)
         if course.limits.sandbox != "none":
-            probe()
+            _say(probe())
         _warn_without_accounting()
     except SubmissionError as error:
         reason = str(error)
@@ -132,6 +132,12 @@ def _shard(text):
     return k, n
 
 
+def _say(line):
+    """A line for the instructor on stderr (what the sandbox binds of a GPU), where there is one."""
+    if line:
+        print(line, file=sys.stderr)
+
+
 def _warn_without_accounting():
     warning = cgroup.fallback_warning()
     if warning:
@@ -142,7 +148,7 @@ def _grade_class(args, course):
     from autograder import classroom, render
 
     if course.limits.sandbox != "none":
-        probe()
+        _say(probe())
     _warn_without_accounting()
     chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
                                      students=args.student, shard=args.shard, force=args.force)

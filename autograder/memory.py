@@ -25,7 +25,9 @@ touched at its worst moment, above what the process already held.
 """
 
 import os
+import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,3 +150,32 @@ class PeakMemory:
         except (OSError, ValueError, KeyError, IndexError):
             return
         self.peak = Peak(max(0, highest - self._baseline), self._reset)
+
+
+def gpu_memory_of(pid):
+    """MiB the GPU's driver holds for the process `pid` (host pid), as nvidia-smi lists its compute
+    processes (at least 1 while it is listed at all; 0 when it is not); None where nvidia-smi cannot say."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if listed.returncode != 0:
+        return None
+    for line in listed.stdout.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid):
+            return max(1, int(fields[1])) if fields[1].isdigit() else 1
+    return 0
+
+
+def wait_gpu_released(pid, seconds=10.0):
+    """Wait until the driver holds nothing on the GPU for the dead child `pid` (it frees a process's
+    memory as the process ends): the next submission starts on a GPU with nothing of this one.
+    Returns the MiB still held when the wait ended (0: released; None: nvidia-smi cannot say)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        held = gpu_memory_of(pid)
+        if not held or time.monotonic() > deadline:
+            return held
+        time.sleep(0.1)

@@ -58,7 +58,7 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "FlopCounterMode": "torch's FLOP counter", "no_dispatch": "torch's dispatch modes",
                   "Counted": "the grader's FLOP counter"}
 # The worker's own modules, importable inside the sandbox (autograder/sandbox/).
-SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels")
+SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels", "cells")
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.
 DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 

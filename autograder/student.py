@@ -16,6 +16,7 @@ a malformed reply costs that request, never the grader.
 
 import contextlib
 import json
+import logging
 import os
 import select
 import socket
@@ -32,6 +33,7 @@ from autograder.sandbox import cgroup, jail, protocol
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
 KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment imports Triton in the warm worker first
+log = logging.getLogger(__name__)
 CHILD_TASKS = 64   # threads a child may run (pids.max of its cgroup); 1 during a counted call
 
 
@@ -235,6 +237,10 @@ class StudentProcess:
         self.restarts = 0
         self.started = time.monotonic()
         self.deadline = self.started + self.limits.time_budget
+        # Kernels compiled for the CUDA device: Triton runs its compiler as processes during a call, so
+        # a counted call's threads are not held to one (sandbox/confine.py), and the GPU memory of a
+        # child is waited for after it ends.
+        self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"
 
     def __enter__(self):
         self.start()
@@ -322,6 +328,10 @@ class StudentProcess:
         self.worker.end(self.pid)
         if self.group is not None:
             self.group.remove()
+        if self.on_gpu and self.host_pid is not None:
+            held = memory.wait_gpu_released(self.host_pid)
+            if held:
+                log.warning("a submission's process still holds %s MiB on the GPU after it ended", held)
         self.pid = self.requests = self.replies = self.host_pid = self.group = None
 
     def close(self):
@@ -389,13 +399,14 @@ class StudentProcess:
         counted = bool(message.get("count_flops") or any(step.get("count_flops") for step in message.get("steps", ())))
         other_threads = None
         try:
-            if counted and self.group is not None:
+            hold = counted and self.group is not None and not self.on_gpu
+            if hold:
                 other_threads = self.group.tasks() - 1
                 self.group.allow_tasks(1)  # no new thread while the call is counted
             with self._measure() if measure_memory else contextlib.nullcontext() as measure:
                 self._send({**message, "timeout": timeout})
                 reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
-            if counted and self.group is not None:
+            if hold:
                 self.group.allow_tasks(CHILD_TASKS)
         except protocol.Timeout:
             self.kill()

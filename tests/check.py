@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from autograder.sandbox.jail import kernel_device
 from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, GAMING, MISTAKES, VARIANTS, cause_text
+from tests.catalogue.entries import on_device
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
@@ -89,10 +91,15 @@ def failed_tests(tests):
     return {test_name(test) for test in tests if test["score"] < test["max_score"]}
 
 
-def judge(results, kind, entry):
-    """(points earned, what is wrong: '' when the entry graded as the catalogue says)."""
+def judge(results, kind, entry, device="cpu"):
+    """(points earned, what is wrong: '' when the entry graded as the catalogue says), where the
+    kernels ran on `device` ("cpu": Triton's interpreter; "cuda": compiled for a GPU, where an entry
+    may grade otherwise, as its on_gpu says)."""
     tests, notes = exercise_results(results, student_id(kind, entry), entry.exercise)
     earned = sum(test["score"] for test in tests)
+    entry = on_device(entry, device)
+    if entry is None:
+        return earned, ""  # not judged on this device (the entry's on_gpu says why)
     if kind == "variant":
         lost = [f"{test['name']}: {test.get('output', '')}" for test in tests if test["score"] < test["max_score"]]
         return earned, "\n".join(lost)
@@ -115,7 +122,7 @@ def judge(results, kind, entry):
         return earned, ""
     tolerated = set(entry.also_fails)
     if not failed:
-        return earned, "full marks"
+        return earned, "full marks" if entry.fails else ""   # (on a GPU some mistakes cannot be seen)
     if not set(entry.fails) | tolerated <= {test_name(test) for test in tests}:
         return earned, "the catalogue names a test the exercise does not have"
     if not failed <= set(entry.fails) | tolerated:
@@ -130,6 +137,24 @@ def judge(results, kind, entry):
     if wrong:
         return earned, f"the feedback names other mistakes' causes {wrong}:\n{feedback}"
     return earned, ""
+
+
+def device_problems(results, exercises, device):
+    """What of the exercises' grading is not as the catalogue says, where their kernels ran on `device`:
+    the reference below full marks, the stub above the degenerate share, each entry judged (judge).
+    Empty when everything graded as said."""
+    problems = []
+    for exercise in exercises:
+        full = MAX_SCORE[exercise]
+        for student, must_be_full in (("reference", True), ("stub", False)):
+            earned, wrong = exercise_points(results, student, exercise, full, must_be_full)
+            if wrong:
+                problems.append(f"{exercise}, {student}: {earned:g} / {full:g}, {wrong}")
+        for kind, entry in entries(exercise):
+            earned, wrong = judge(results, kind, entry, device)
+            if wrong:
+                problems.append(f"{exercise}, {kind} {entry.name!r}: {earned:g} / {full:g}, {wrong}")
+    return problems
 
 
 def exactly_as_allowed(results, mistakes=MISTAKES):
@@ -197,13 +222,15 @@ def main(argv=None):
     problems += bool(failure)
     rows = [("reference", "", *exercise_points(results, "reference", args.exercise, full, must_be_full=True)),
             ("stub", "", *exercise_points(results, "stub", args.exercise, full, must_be_full=False))]
-    rows += [(kind, entry.name, *judge(results, kind, entry)) for kind, entry in chosen]
+    device = kernel_device()  # where an assignment's kernels ran (AUTOGRADER_KERNEL_DEVICE)
+    rows += [(kind, entry.name, *judge(results, kind, entry, device)) for kind, entry in chosen]
     for kind, name, earned, wrong in rows:
         problems += bool(wrong)
         print(f"{'FAIL' if wrong else 'ok  '} {kind:10s} {earned:5g} / {full:g}  {name}")
         if wrong:
             print("       " + wrong.replace("\n", "\n       "))
-    mistakes = [entry for kind, entry in chosen if kind == "mistake"]
+    mistakes = [on_device(entry, device) for kind, entry in chosen if kind == "mistake"]
+    mistakes = [entry for entry in mistakes if entry is not None]
     print(f"{args.exercise}: {len(rows)} answers graded in {time.monotonic() - started:.1f} s; "
           f"{exactly_as_allowed(results, mistakes)} of {len(mistakes)} mistakes fail exactly their properties; "
           f"{problems} not as the catalogue says")

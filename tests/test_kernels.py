@@ -1,6 +1,8 @@
 """The kernel track's machinery: Triton's interpreter in the sandbox, what it counts of a call's
 kernels, the loads and stores it stops, and tensors sent with their layout in memory."""
 
+import json
+
 import pytest
 import torch
 
@@ -8,6 +10,8 @@ from autograder.harness.context import Student
 from autograder.rules import reaches_into_internals
 from autograder.sandbox import protocol
 from autograder.student import Cell, Limits, StudentError, StudentProcess, Worker
+from tests.check import device_problems, entries, grade_entries, student_id
+from tests.notebooks import COURSE, ROOT, solution_answers
 
 LIMITS = Limits(call_timeout=20, cell_timeout=20, time_budget=120, memory_mb=4096)
 
@@ -108,44 +112,209 @@ def test_a_strided_tensor_that_reaches_past_its_memory_is_refused():
     assert protocol.decode(encoded, strided=True).tolist() == [0.0, 3.0, 6.0, 9.0]
 
 
-GPU_ANSWERS = {   # the reference and three catalogued mistakes: their grades on the GPU and in the interpreter
-    "reference": None,
-    "no_skip": ("flash_kernel", "the causal mask, but every key tile visited"),
-    "other_zero": ("softmax_kernel", "the lanes past the row loaded as 0"),
-    "no_none": ("kernel_autograd", "three gradients for four inputs (no None for causal)"),
-}
+KERNEL_ASSIGNMENTS = [assignment for assignment in COURSE.assignments if assignment.kernels]
+
+
+def kernel_exercises():
+    return [exercise.id for assignment in KERNEL_ASSIGNMENTS for exercise in assignment.exercises]
+
+
+def grade_kernel_track(root, device, monkeypatch, catalogue=True):
+    """The kernel assignments' reference, released stub and (with catalogue) every catalogue entry of
+    their exercises, graded as one class with the kernels on `device`; the results folder."""
+    monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", device)
+    chosen = [pair for exercise in kernel_exercises() for pair in entries(exercise)] if catalogue else []
+    extra = [(student, assignment.id, answers) for assignment in KERNEL_ASSIGNMENTS
+             for student, answers in (("reference", solution_answers(assignment.id)), ("stub", {}))]
+    return grade_entries(chosen, root, extra)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="no CUDA device here: triton_attention's grading on a GPU was not tried")
-def test_the_gpu_grade_equals_the_interpreters(tmp_path):
-    """On a machine with a CUDA device: the same submissions graded with the kernels compiled for it
-    (AUTOGRADER_KERNEL_DEVICE=cuda, sandbox: none so the device files are reachable) and in Triton's
-    interpreter get the same score on every test but the tile count, which only the interpreter can
-    count (on the GPU its values are checked)."""
-    import json
+                    reason="no CUDA device here: the kernel track's grading on a GPU was not tried")
+def test_the_kernel_track_grades_on_the_gpu_as_the_catalogue_says(tmp_path, monkeypatch):
+    """On a machine with a CUDA device, in the sandbox: the reference earns full marks with its kernels
+    compiled for the GPU and in Triton's interpreter, and every kernel catalogue entry (mistakes,
+    variants, degenerate answers, gaming answers) grades on the GPU as the catalogue says, with the
+    differences its entries state (on_gpu: what only the interpreter can count or stop)."""
+    problems = device_problems(grade_kernel_track(tmp_path / "cuda", "cuda", monkeypatch), kernel_exercises(), "cuda")
+    reference = grade_kernel_track(tmp_path / "cpu", "cpu", monkeypatch, catalogue=False)
+    problems += [f"in the interpreter: {problem}" for problem in device_problems(reference, kernel_exercises(), "cpu")
+                 if ", reference:" in problem or ", stub:" in problem]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_gpu_verdicts_fail_when_every_score_is_zero(tmp_path):
+    """The GPU test's judgement cannot pass when grading is broken: with every test of every answer
+    at zero (a grader that could not run), the reference is named, and so is every variant."""
+    results = tmp_path / "results"
+    students = ["reference", "stub"] + [student_id(kind, entry) for exercise in kernel_exercises()
+                                        for kind, entry in entries(exercise)]
+    for assignment in KERNEL_ASSIGNMENTS:
+        tests = [{"name": f"{exercise.id}: {name}", "score": 0, "max_score": points}
+                 for exercise in assignment.exercises for name, points in exercise.points.items()]
+        for student in students:
+            folder = results / student / assignment.id
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "results.json").write_text(json.dumps({"tests": tests, "output": ""}))
+    problems = device_problems(results, kernel_exercises(), "cuda")
+    for exercise in kernel_exercises():
+        assert any(problem.startswith(f"{exercise}, reference:") for problem in problems), problems
+    variants = [entry for exercise in kernel_exercises() for kind, entry in entries(exercise) if kind == "variant"]
+    assert variants and all(any(f"variant {v.name!r}" in problem for problem in problems) for v in variants)
+
+
+# The GPU path, guarded where no GPU is needed: cells that @triton.jit compiles from their source, the
+# device files the sandbox binds, a warm worker that never initialises CUDA, a compiling child's filter.
+
+JIT_CELL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + offsets, tl.load(x + offsets, mask=offsets < n) * 2.0, mask=offsets < n)
+'''
+
+
+def run_python(script, **env):
+    """Run a Python script in a fresh interpreter of the course's environment without Triton's
+    interpreter (as on a GPU grader); its stdout, or the test fails with its stderr."""
     import os
     import subprocess
     import sys
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    process = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**environment, **env})
+    assert process.returncode == 0, process.stderr[-3000:]
+    return process.stdout
 
-    from tests.catalogue import mistake
-    from tests.notebooks import ROOT, make_submission, solution_answers
 
-    course_yml = tmp_path / "course.yml"
-    course_yml.write_text((ROOT / "course.yml").read_text().replace("sandbox: bwrap", "sandbox: none"))
-    for name, entry in GPU_ANSWERS.items():
-        answers = solution_answers("triton_attention")
-        if entry:
-            answers[entry[0]] = mistake(*entry)
-        notebook, = make_submission("triton_attention", answers, tmp_path / name)
-        scores = {}
-        for device in ("cpu", "cuda"):
-            out = tmp_path / f"{name}-{device}.json"
-            env = {**os.environ, "AUTOGRADER_KERNEL_DEVICE": device}
-            process = subprocess.run([sys.executable, "-m", "autograder", "--course", str(course_yml), "grade",
-                                      "--assignment", "triton_attention", str(notebook), "--json", str(out)],
-                                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            assert process.returncode == 0, process.stderr
-            scores[device] = {test["name"]: test["score"] for test in json.loads(out.read_text())["tests"]
-                              if test["name"] != "flash_kernel: test_causal_skips_tiles_above_the_diagonal"}
-        assert scores["cpu"] == scores["cuda"], name
+def test_jit_cells_load_without_the_interpreter_on_both_sides():
+    """Without TRITON_INTERPRET, @triton.jit reads its function's source (to compile it for a GPU):
+    the reference's cells (the grader) and the student's (the sandbox's handlers) are compiled with
+    their source readable, as IPython's are.  Decorating needs no GPU, so this runs anywhere."""
+    out = run_python(f'''
+import os, sys, torch
+torch.cuda.is_available = lambda: True            # the notebook's first cell: "a GPU is here"
+torch.cuda.get_device_name = lambda *args: "a GPU"
+from triton.runtime.jit import JITFunction
+from autograder.reference import reference_namespace
+from tests.notebooks import COURSE
+assignment = COURSE.assignment("triton_attention")
+namespace = reference_namespace(COURSE.source_notebook(assignment, assignment.notebooks[0]))
+assert os.environ.get("TRITON_INTERPRET") is None
+for name in ("softmax_kernel", "flash_attention_kernel"):
+    kernel = namespace[name]
+    assert type(kernel) is JITFunction and f"def {{name}}(" in kernel.src, (name, type(kernel))
+sys.path.insert(0, "autograder/sandbox")
+import handlers
+handlers.REPLIES = os.pipe()[1]
+reply = handlers.load({{"cells": [{{"label": "kernel", "source": {JIT_CELL!r}}}], "cell_timeout": 0}})
+assert reply == {{"cells": [{{"status": "ok"}}]}}, reply
+kernel = handlers.NAMESPACE["scale_kernel"]
+assert type(kernel) is JITFunction and "tl.program_id(0) * BLOCK" in kernel.src
+print("both sides loaded")
+''', AUTOGRADER_KERNEL_DEVICE="cuda")
+    assert "both sides loaded" in out
+
+
+def test_the_warm_worker_never_initialises_cuda():
+    """On a GPU grader the warm worker's start-up must not initialise CUDA (its children could not use
+    the GPU): the guard learns where kernels run from the environment, not from torch; and a worker
+    that did initialise it is refused before it forks."""
+    out = run_python('''
+import sys, torch
+def initialised(*args):
+    raise AssertionError("CUDA was initialised")
+torch.cuda._lazy_init = torch.cuda.init = torch._C._cuda_getDeviceCount = initialised
+sys.path.insert(0, "autograder/sandbox")
+import guard, kernels
+assert guard.DISPATCH_KEYS[-2:] == ("CUDA", "AutogradCUDA"), guard.DISPATCH_KEYS
+assert kernels.cuda_untouched() == ""
+torch.cuda.is_initialized = lambda: True
+assert "initialised CUDA" in kernels.cuda_untouched()
+print("untouched")
+''', AUTOGRADER_KERNEL_DEVICE="cuda")
+    assert "untouched" in out
+
+
+def test_the_sandbox_binds_the_gpus_device_files_and_nothing_else(monkeypatch):
+    from autograder.sandbox import jail
+    present = {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+    monkeypatch.setattr(jail.glob, "glob", lambda pattern: sorted(p for p in present | {"/dev/nvidia-caps"}
+                                                                  if p.startswith("/dev/nvidia")))
+    monkeypatch.setattr(jail.os.path, "exists", lambda path: path in present)
+    monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", "cuda")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    assert jail.gpu_device_files() == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    args = jail.bwrap_args({}, 3)
+    bound = [args[i + 1] for i, arg in enumerate(args) if arg == "--dev-bind"]
+    assert bound == jail.gpu_device_files()
+    environment = jail.kernel_environment()
+    assert "TRITON_INTERPRET" not in environment and environment["TRITON_F32_DEFAULT"] == "ieee"
+    assert environment["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
+    monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", "cpu")
+    assert jail.gpu_device_files() == [] and "--dev-bind" not in jail.bwrap_args({}, 3)
+    assert jail.kernel_environment() == {"TRITON_INTERPRET": "1"}
+
+
+def test_the_probe_refuses_a_gpu_grader_without_the_device_files(monkeypatch):
+    from autograder.sandbox import jail
+    monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", "cuda")
+    monkeypatch.setattr(jail, "gpu_device_files", lambda: [])
+    with pytest.raises(jail.SandboxUnavailable, match="no NVIDIA device files"):
+        jail.probe()
+
+
+def test_a_compiling_child_may_start_processes_but_still_signal_no_other():
+    """A child whose kernels are compiled for a GPU runs Triton's assembler as a process: its filter
+    allows that, and still refuses signals to other processes; every other child may start none."""
+    out = run_python('''
+import os, subprocess, sys
+sys.path.insert(0, "autograder/sandbox")
+import confine
+pid = os.fork()
+if pid == 0:
+    confine.submission_filter(os.getpid(), compiles=True)
+    assert subprocess.run(["true"]).returncode == 0
+    try:
+        os.kill(os.getppid(), 0)
+        os._exit(3)
+    except PermissionError:
+        os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0, "a compiling child"
+pid = os.fork()
+if pid == 0:
+    confine.submission_filter(os.getpid())
+    try:
+        subprocess.run(["true"])
+        os._exit(3)
+    except PermissionError:
+        os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0, "any other child"
+print("filtered")
+''')
+    assert "filtered" in out
+
+
+def test_removing_a_childs_cgroup_kills_what_still_runs_in_it():
+    """What a child started (a compiler on a GPU grader, or anything) dies with its cgroup (in a
+    process of its own: a grader's cgroup folder is named after its process)."""
+    out = run_python('''
+import subprocess
+from autograder.sandbox import cgroup
+accounting = cgroup.open_accounting()
+sleeper = subprocess.Popen(["sleep", "60"])
+try:
+    group = accounting.child(sleeper.pid, 1 << 30, 64)
+    group.remove()
+    assert sleeper.wait(timeout=10) == -9
+    assert not any(folder.exists() for folder in group.folders)
+finally:
+    sleeper.kill()
+    accounting.close()
+print("killed")
+''')
+    assert "killed" in out

@@ -20,6 +20,7 @@ and grading falls back to sampling the resident size (memory.py), which it says 
 
 import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -95,10 +96,30 @@ class ChildGroup:
     def allow_tasks(self, count):
         _write(self._file("pids_max"), count)
 
-    def remove(self):
+    def remove(self, wait=2.0):
+        """Kill whatever still runs in the child's cgroups (a process it started, where it may start
+        any: kernels compiled for a GPU), then remove them."""
+        deadline = time.monotonic() + wait
         for folder in self.folders:
+            while folder.exists():
+                self._kill_members(folder)
+                try:
+                    folder.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+
+    @staticmethod
+    def _kill_members(folder):
+        if (folder / "cgroup.kill").exists():   # v2: the kernel kills every member at once
             with contextlib.suppress(OSError):
-                folder.rmdir()
+                _write(folder / "cgroup.kill", 1)
+            return
+        with contextlib.suppress(OSError):
+            for pid in (folder / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
 
 
 class Accounting:

@@ -45,6 +45,7 @@ PR_SET_DUMPABLE = 4
 # memfd_create: memory that is no file in the scratch space and no part of the heap.
 SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal", "memfd_create",
                      "memfd_secret"]
+PROCESS_CALLS = ("fork", "vfork", "execve", "execveat")
 SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
 
 
@@ -69,12 +70,17 @@ def sandbox_filter():
     rules.load()
 
 
-def submission_filter(pid):
+def submission_filter(pid, compiles=False):
+    """compiles: the child compiles kernels for the GPU, and Triton runs its assembler (ptxas) and,
+    in versions before 3.9, a C compiler as processes: then it may start processes, which its pids
+    cgroup bounds and which are killed with it (cgroup.py); everything else stays denied."""
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
     for syscall in SUBMISSION_DENIED:
-        _deny(rules, syscall)
-    # clone() without CLONE_THREAD makes a process: threads yes, processes no.
-    _deny(rules, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
+        if not (compiles and syscall in PROCESS_CALLS):
+            _deny(rules, syscall)
+    if not compiles:
+        # clone() without CLONE_THREAD makes a process: threads yes, processes no.
+        _deny(rules, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
     # Non-dumpable for good (see not_dumpable).
     _deny(rules, "prctl", seccomp.Arg(0, seccomp.EQ, PR_SET_DUMPABLE))
     # Signals only to itself (the first argument is a process or thread-group id).
@@ -92,10 +98,13 @@ def limit(kind, value):
     resource.setrlimit(kind, (value, value))
 
 
-def confine_submission(memory_mb, scratch, file_mb=64, open_files=256, threads=64):
-    """Everything a forked child does before the submission's code runs."""
+def confine_submission(memory_mb, scratch, file_mb=64, open_files=256, threads=64, compiles=False):
+    """Everything a forked child does before the submission's code runs.  compiles: its kernels are
+    compiled for the CUDA device, whose driver reserves far more address space than memory, so the
+    address-space limit is left to the child's memory cgroup (cgroup.py), which counts what it uses."""
     os.setsid()
-    limit(resource.RLIMIT_AS, memory_mb << 20)
+    if not compiles:
+        limit(resource.RLIMIT_AS, memory_mb << 20)
     limit(resource.RLIMIT_FSIZE, file_mb << 20)
     limit(resource.RLIMIT_NOFILE, open_files)
     limit(resource.RLIMIT_NPROC, threads)
@@ -104,4 +113,4 @@ def confine_submission(memory_mb, scratch, file_mb=64, open_files=256, threads=6
     os.chdir(scratch)
     os.environ.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=scratch)
     not_dumpable()
-    submission_filter(os.getpid())
+    submission_filter(os.getpid(), compiles)

@@ -23,6 +23,7 @@ import warnings
 import torch
 
 import protocol
+from cells import compile_cell
 from counter import Counted
 from guard import GUARD
 
@@ -96,8 +97,10 @@ def load(request):
     for index, cell in enumerate(request["cells"]):
         protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index}))
         label = cell["label"]
+        earlier = [other["label"] for other in request["cells"][:index]]  # one file name a cell
+        filename = f"<cell {label}>" if label not in earlier else f"<cell {label} #{index}>"
         try:
-            code = compile(ipython_to_python(cell["source"]), f"<cell {label}>", "exec")
+            code = compile_cell(ipython_to_python(cell["source"]), filename)
         except SyntaxError as error:
             results.append({"status": "syntax", **describe_error(error)})
             continue

@@ -10,13 +10,15 @@ The README's security section explains it line by line; in short:
       no capabilities and no way to gain one (no_new_privs)
   bwrap --unshare-all ...  a new user, PID, IPC, UTS, cgroup and (empty) network namespace; a
       root made of read-only binds: /usr, the Python installation, the virtual environment and
-      this folder as /sandbox; a minimal /etc; its own /proc and /dev; size-limited tmpfs at
+      this folder as /sandbox; a minimal /etc; its own /proc and /dev (with the NVIDIA device
+      files alone where kernels run on a CUDA device, gpu_device_files); size-limited tmpfs at
       /tmp and /dev/shm as the only writable places (the root and /dev are remounted read-only)
   python -E -s -B /sandbox/worker.py FD   the warm worker, talking to the grader on socket FD
 
 Inside, the worker adds seccomp filters and per-submission resource limits (confine.py).
 """
 
+import glob
 import os
 import shlex
 import shutil
@@ -37,8 +39,36 @@ def kernel_device():
     return "cuda" if os.environ.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
 
 
+# What a CUDA child needs of the grader's environment, where it is set: where the driver's libraries
+# are (libcuda.so.1 outside the linker's cache), and which GPUs this grader may use.
+CUDA_PASSED = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TRITON_LIBCUDA_PATH")
+
+
 def kernel_environment():
-    return {} if kernel_device() == "cuda" else {"TRITON_INTERPRET": "1"}
+    """The worker's environment for an assignment's kernels.  In the interpreter: TRITON_INTERPRET=1.
+    On the CUDA device: the device named for the sandbox's side, CUDA_PASSED where set, and torch's
+    NVML check of the device count, which does not initialise CUDA (the warm worker must never do
+    that: a process that forks after CUDA is initialised leaves its children unable to use it)."""
+    if kernel_device() != "cuda":
+        return {"TRITON_INTERPRET": "1"}
+    passed = {name: os.environ[name] for name in CUDA_PASSED if os.environ.get(name)}
+    # TRITON_F32_DEFAULT=ieee: a float32 tl.dot multiplies exactly, as the interpreter does, unless the kernel
+    # asks for TF32 itself (Triton's default on a GPU), so the same kernel is held to the same numbers.
+    return {"AUTOGRADER_KERNEL_DEVICE": "cuda", "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TRITON_F32_DEFAULT": "ieee",
+            **passed}
+
+
+# The NVIDIA device files CUDA opens: the control device, unified memory, and each GPU (/dev/nvidiaN).
+# Nothing else of the host's /dev is bound (no nvidia-caps: MIG's capabilities are the host's).
+NVIDIA_SHARED_FILES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def gpu_device_files():
+    """The device files bound into the sandbox when kernels run on the CUDA device, else []."""
+    if kernel_device() != "cuda":
+        return []
+    gpus = sorted(path for path in glob.glob("/dev/nvidia[0-9]*") if path[len("/dev/nvidia"):].isdigit())
+    return gpus + [path for path in NVIDIA_SHARED_FILES if os.path.exists(path)]
 
 
 SCRATCH_BYTES = 256 << 20
@@ -76,6 +106,13 @@ def _system_binds():
     return args
 
 
+def _gpu_binds():
+    args = []
+    for path in gpu_device_files():
+        args += ["--dev-bind", path, path]
+    return args
+
+
 def bwrap_args(binds, control_fd):
     """bwrap's own arguments; binds maps a source on this side to its place in the sandbox."""
     args = ["bwrap",
@@ -83,7 +120,7 @@ def bwrap_args(binds, control_fd):
             "--die-with-parent", "--new-session",  # dies with the grader; no terminal to talk to
             "--cap-drop", "ALL",                  # no capabilities even where bwrap could keep some
             *_system_binds(),
-            "--proc", "/proc", "--dev", "/dev",
+            "--proc", "/proc", "--dev", "/dev", *_gpu_binds(),
             "--size", str(SHARED_MEMORY_BYTES), "--tmpfs", "/dev/shm",
             "--size", str(SCRATCH_BYTES), "--tmpfs", "/tmp",
             "--chdir", "/tmp", "--clearenv",
@@ -151,11 +188,18 @@ def check_tools():
 
 
 def probe():
-    """Start bwrap once with /bin/true; raise SandboxUnavailable with bwrap's reason if it fails."""
+    """Start bwrap once with /bin/true (and the GPU's device files bound where kernels run on one);
+    raise SandboxUnavailable with bwrap's reason if it fails.  Returns a line for the instructor
+    naming the device files bound, or "" where none are."""
     reason = check_tools()
     if reason:
         raise SandboxUnavailable(reason)
-    result = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"],
+    devices = gpu_device_files()
+    if kernel_device() == "cuda" and not any(path.startswith("/dev/nvidiactl") for path in devices):
+        raise SandboxUnavailable("AUTOGRADER_KERNEL_DEVICE=cuda, but /dev has no NVIDIA device files "
+                                 "(/dev/nvidiactl, /dev/nvidia0, ...)")
+    result = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", *_gpu_binds(), "true"],
                             capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise SandboxUnavailable((result.stderr.strip().splitlines() or ["bwrap failed"])[-1])
+    return f"the sandbox binds the CUDA device's files {', '.join(devices)} (nothing else of /dev)" if devices else ""

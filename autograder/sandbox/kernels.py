@@ -38,7 +38,9 @@ class OutOfBounds(IndexError):
 def load():
     """Import Triton for the children to come (once).  Whether its interpreter runs the kernels was
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
-    without it they are compiled for the CUDA device."""
+    without it they are compiled for the CUDA device, and Triton's driver is made ready here, where
+    a C compiler may still run: its helper module is built once for every child, and CUDA itself is
+    left uninitialised (see cuda_untouched)."""
     global INTERPRETED
     if INTERPRETED is not None:
         return
@@ -49,6 +51,35 @@ def load():
     import triton.language  # noqa: F401
     if INTERPRETED:
         _install()
+    else:
+        from triton.runtime import driver
+        driver.active.utils  # noqa: B018  (builds and loads the driver's helper; no CUDA call)
+        problem = cuda_untouched()
+        if problem:
+            raise RuntimeError(problem)
+
+
+def cuda_untouched():
+    """'' while this process has not initialised CUDA, else why the warm worker may not fork: CUDA
+    cannot be used again in a child forked after its parent initialised it ("Cannot re-initialize
+    CUDA in forked subprocess")."""
+    import torch
+    if torch.cuda.is_initialized():
+        return "the warm worker initialised CUDA, so the children it forks could not use the GPU"
+    return ""
+
+
+def open_device(memory_mb):
+    """In a child, before the submission's code: make CUDA's context (its threads start now, not
+    inside a call whose threads are held) and hold torch's allocator to the child's memory limit.
+    The allocator's limit is the child's own setting, so it is a guard against mistakes rather than a
+    boundary (the child's code could raise it); what a child holds on the GPU is freed when it dies,
+    which the grader waits for before the next submission (memory.wait_gpu_released)."""
+    import torch
+    torch.cuda.init()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_mb << 20) / total))
+    torch.empty(1, device="cuda")
 
 
 def _install():

@@ -85,13 +85,19 @@ del sys.modules["triton"]
 import handlers  # noqa: E402  (after the filter, the imports and the warm-up)
 
 SCRATCH_ROOTS = ("/tmp", "/dev/shm")
+# Kernels compiled for the CUDA device (jail.kernel_environment), not run in Triton's interpreter.
+ON_GPU = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
 
 
-def child(control, pipes, memory_mb):
-    """A forked child: confine itself, then answer the grader's requests on its pipes."""
+def child(control, pipes, memory_mb, on_gpu):
+    """A forked child: confine itself (on_gpu: its kernels are compiled for the CUDA device, which
+    opens it first), then answer the grader's requests on its pipes."""
     control.close()
     try:
-        confine.confine_submission(memory_mb, "/tmp/work")
+        confine.confine_submission(memory_mb, "/tmp/work", compiles=on_gpu)
+        if on_gpu:
+            import kernels
+            kernels.open_device(memory_mb)
         handlers.serve(*pipes)
     finally:
         os._exit(0)
@@ -139,7 +145,9 @@ def prepare_kernels(kind):
         kernels.load()
     except ImportError as error:
         return f"this assignment's kernels need Triton, which the grader's environment lacks ({error})"
-    return ""
+    except Exception as error:  # Triton's driver for the GPU could not be made ready
+        return f"this assignment's kernels cannot run on the GPU here ({type(error).__name__}: {str(error)[:200]})"
+    return kernels.cuda_untouched() if ON_GPU else ""
 
 
 def zygote(control):
@@ -165,7 +173,7 @@ def zygote(control):
                 continue
             pid = os.fork()
             if pid == 0:
-                child(control, fds, int(order["memory_mb"]))
+                child(control, fds, int(order["memory_mb"]), ON_GPU and bool(order.get("kernels")))
             alive.add(pid)
             for fd in fds:
                 os.close(fd)

@@ -8,11 +8,20 @@ the exercise is about; it must earn at most DEGENERATE_SHARE of its exercise.  A
 written to earn a measured point (memory, counted work, what a cache serves, a pruning that must run
 the model) without the algorithm it measures: it must lose exactly the tests in `loses`, and their
 feedback must say `says`.
+
+Where kernels are compiled for a GPU instead of run in Triton's interpreter, some counts cannot be
+taken (the elements a kernel's loads address, the products of its tl.dots) and a load outside a
+tensor reads whatever memory lies there instead of stopping the kernel.  An entry whose grade differs
+there says so in `on_gpu`: the tests it fails (a Mistake) or loses (Gaming) on a GPU, or a sentence
+saying why it is not judged there (UNDEFINED_ON_A_GPU).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEGENERATE_SHARE = 0.2
+# What a kernel that reads or writes outside its tensors does on a GPU depends on what lies there.
+UNDEFINED_ON_A_GPU = ("it reads memory outside its tensors, which on a GPU holds whatever lies there (the "
+                      "interpreter stops it and names the cause): its grade there is not defined")
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,7 @@ class Mistake:
     code: str
     also_fails: tuple = ()  # known debt: tests it still fails although their property holds
     also_named: tuple = ()  # other causes its feedback may give: the answer really makes those mistakes too
+    on_gpu: object = None   # the tests it fails where kernels run on a GPU, if others; or why it is not judged there
     exercise: str = ""      # filled in from the module that lists it
 
 
@@ -46,7 +56,18 @@ class Gaming:
     code: str
     loses: tuple          # the tests it must lose, and the only ones (names without test_)
     says: str             # words the feedback of those tests must contain
+    on_gpu: object = None  # the tests it loses where kernels run on a GPU, if others; or why it is not judged there
     exercise: str = ""
+
+
+def on_device(entry, device):
+    """The entry as it must grade where kernels run on `device` ("cpu": Triton's interpreter, or "cuda"):
+    None where it is not judged there."""
+    if device != "cuda" or getattr(entry, "on_gpu", None) is None:
+        return entry
+    if isinstance(entry.on_gpu, str):
+        return None
+    return replace(entry, fails=tuple(entry.on_gpu)) if isinstance(entry, Mistake) else replace(entry, loses=tuple(entry.on_gpu))
 
 
 def edited(code, *pairs):

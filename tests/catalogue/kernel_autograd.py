@@ -9,24 +9,26 @@ from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["kernel_autograd"]
 changed = partial(edited, SOLUTION)
-BACKWARD_CALL = "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out, ctx.causal)"
+BACKWARD_CALL = ("flash_attention_backward(q.float(), k.float(), v.float(), out.float(), lse, d_out.float(),\n"
+                 "                                              ctx.causal)")
+RETURN = "        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None   # nothing for causal\n"
 
 
 MISTAKES = [
     Mistake("three gradients for four inputs (no None for causal)", "no_none",
             fails=("gradients", "causal_gradients"),
-            code=changed("        return dq, dk, dv, None                                  # nothing for causal\n",
-                         "        return dq, dk, dv\n")),
+            code=changed(RETURN, "        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)\n")),
     Mistake("the backward pass not told it is causal", "not_causal_backward",
             fails=("causal_gradients",),
-            code=changed(BACKWARD_CALL, "flash_attention_backward(q, k, v, out, lse.to(q.dtype), d_out)")),
+            code=changed(BACKWARD_CALL, "flash_attention_backward(q.float(), k.float(), v.float(), out.float(), lse, "
+                                        "d_out.float())")),
     Mistake("dk returned where dq belongs", "grad_order",
             fails=("gradients", "causal_gradients"),
-            code=changed("        return dq, dk, dv, None                                  # nothing for causal\n",
-                         "        return dk, dv, dq, None\n")),
+            code=changed(RETURN, "        return dk.to(q.dtype), dv.to(k.dtype), dq.to(v.dtype), None\n")),
     Mistake("out and d_out swapped in the backward call", "d_out_for_out",
             fails=("gradients", "causal_gradients"),
-            code=changed(BACKWARD_CALL, "flash_attention_backward(q, k, v, d_out, lse.to(q.dtype), out, ctx.causal)")),
+            code=changed(BACKWARD_CALL, "flash_attention_backward(q.float(), k.float(), v.float(), d_out.float(), lse, "
+                                        "out.float(), ctx.causal)")),
 ]
 
 

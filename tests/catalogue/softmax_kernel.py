@@ -4,7 +4,7 @@ answers and answers that game the kernel's measured point."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mistake, Variant, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["softmax_kernel"]
@@ -16,7 +16,7 @@ STORE = "tl.store(out_ptr + row * out_row_stride + cols, y, mask=inside)"
 
 MISTAKES = [
     Mistake("no mask on the load or the store", "no_mask",
-            fails=UNEVEN + ("keeps_float16",),
+            fails=UNEVEN + ("keeps_float16",), on_gpu=UNDEFINED_ON_A_GPU,
             code=changed(LOAD, 'x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)',
                          STORE, "tl.store(out_ptr + row * out_row_stride + cols, y)")),
     Mistake("the lanes past the row loaded as 0", "other_zero",
