@@ -115,7 +115,9 @@ def _gpu_binds():
 
 def bwrap_args(binds, control_fd):
     """bwrap's own arguments; binds maps a source on this side to its place in the sandbox."""
-    args = ["bwrap",
+    # bwrap by its full path: the command runs with the sandbox's own PATH (ENVIRONMENT), which need not
+    # hold where the grader found it (/usr/local/bin, say).
+    args = [shutil.which("bwrap") or "bwrap",
             "--unshare-all", "--unshare-user", "--disable-userns",  # new namespaces; no more inside
             "--die-with-parent", "--new-session",  # dies with the grader; no terminal to talk to
             "--cap-drop", "ALL",                  # no capabilities even where bwrap could keep some

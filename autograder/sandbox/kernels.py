@@ -79,7 +79,23 @@ def open_device(memory_mb):
     torch.cuda.init()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_mb << 20) / total))
-    torch.empty(1, device="cuda")
+    _warm_compiler()
+
+
+def _warm_compiler():
+    """Compile and run one small kernel, so that Triton's compiler is loaded and set up before the
+    submission's first call, whose time limit would otherwise pay for it."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fill(out, BLOCK: tl.constexpr):
+        tl.store(out + tl.arange(0, BLOCK), tl.full([BLOCK], 1.0, tl.float32))
+
+    ones = torch.zeros(16, device="cuda")
+    fill[(1,)](ones, BLOCK=16)
+    torch.cuda.synchronize()
 
 
 def _install():
