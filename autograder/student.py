@@ -353,6 +353,8 @@ class StudentProcess:
             return value
         if error["type"] == "Timeout":
             raise StudentTimeout("ran out of time")
+        if error["type"] == "DeviceUnavailable":  # the child could not open its GPU (worker.child)
+            raise WorkerError(error["message"])
         raise StudentError(error["type"], error["message"], error["traceback"])
 
     def request(self, key, message, check, measure_memory=False):

@@ -30,6 +30,10 @@ from guard import GUARD
 REQUESTS = REPLIES = None  # this child's pipe ends, set by serve
 
 
+class DeviceUnavailable(Exception):
+    """The child could not open the device its kernels run on: the grader's problem, not the student's."""
+
+
 class CellTimeout(BaseException):
     """Raised inside student code when its time is up (BaseException: `except Exception` misses it)."""
 
@@ -375,8 +379,9 @@ def module(request):
 HANDLERS = {"load": load, "names": names, "call": call, "module": module}
 
 
-def serve(requests, replies):
-    """A child's life: answer requests until the grader says exit or closes the pipe."""
+def serve(requests, replies, unavailable=""):
+    """A child's life: answer requests until the grader says exit or closes the pipe.  unavailable:
+    why this child cannot grade (its GPU could not be opened), the answer to every request."""
     global REQUESTS, REPLIES
     REQUESTS, REPLIES = requests, replies
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
@@ -391,7 +396,11 @@ def serve(requests, replies):
         if request.get("op") == "exit":
             return
         try:
+            if unavailable:
+                raise DeviceUnavailable(unavailable)
             reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
+        except DeviceUnavailable as error:
+            reply = {"ok": False, "error": {"type": "DeviceUnavailable", "message": str(error), "traceback": ""}}
         except BaseException as error:  # noqa: B902
             reply = {"ok": False, "error": describe_error(error)}
         try:

@@ -106,10 +106,18 @@ def _system_binds():
     return args
 
 
+# What CUDA's driver reads of /sys to find its devices (PCI topology, the driver's module), read-only.
+GPU_SYS_FOLDERS = ("/sys/bus", "/sys/devices", "/sys/module/nvidia")
+
+
 def _gpu_binds():
     args = []
     for path in gpu_device_files():
         args += ["--dev-bind", path, path]
+    if args:
+        for folder in GPU_SYS_FOLDERS:
+            if os.path.isdir(folder):
+                args += ["--ro-bind", folder, folder]
     return args
 
 
@@ -204,4 +212,8 @@ def probe():
                             capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise SandboxUnavailable((result.stderr.strip().splitlines() or ["bwrap failed"])[-1])
-    return f"the sandbox binds the CUDA device's files {', '.join(devices)} (nothing else of /dev)" if devices else ""
+    if not devices:
+        return ""
+    folders = [folder for folder in GPU_SYS_FOLDERS if os.path.isdir(folder)]
+    return (f"the sandbox binds the CUDA device's files {', '.join(devices)} (nothing else of /dev), and "
+            f"{', '.join(folders)} read-only")

@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import traceback
 
 # The sandbox-wide filter binds this process and everything it forks, before anything else runs.
 import confine  # noqa: E402  (this folder is sys.path[0])
@@ -95,10 +96,16 @@ def child(control, pipes, memory_mb, on_gpu):
     control.close()
     try:
         confine.confine_submission(memory_mb, "/tmp/work", compiles=on_gpu)
+        unavailable = ""
         if on_gpu:
             import kernels
-            kernels.open_device(memory_mb)
-        handlers.serve(*pipes)
+            try:
+                kernels.open_device(memory_mb)
+            except Exception as error:  # the grader's problem, said to the grader (handlers.serve)
+                where = traceback.extract_tb(error.__traceback__)[-1]
+                unavailable = (f"the GPU could not be opened in the sandbox ({type(error).__name__}: "
+                               f"{str(error)[:300]}; at {os.path.basename(where.filename)}:{where.lineno})")
+        handlers.serve(*pipes, unavailable)
     finally:
         os._exit(0)
 
