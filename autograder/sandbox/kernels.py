@@ -38,9 +38,9 @@ class OutOfBounds(IndexError):
 def load():
     """Import Triton for the children to come (once).  Whether its interpreter runs the kernels was
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
-    without it they are compiled for the CUDA device, and Triton's driver is made ready here, where
-    a C compiler may still run: its helper module is built once for every child, and CUDA itself is
-    left uninitialised (see cuda_untouched)."""
+    without it they are compiled for the CUDA device, and Triton's driver is left for each child to
+    make: asking it for the device here may initialise CUDA (through torch's device count), which
+    no forked child could then use (see cuda_untouched)."""
     global INTERPRETED
     if INTERPRETED is not None:
         return
@@ -51,12 +51,6 @@ def load():
     import triton.language  # noqa: F401
     if INTERPRETED:
         _install()
-    else:
-        from triton.runtime import driver
-        driver.active.utils  # noqa: B018  (builds and loads the driver's helper; no CUDA call)
-        problem = cuda_untouched()
-        if problem:
-            raise RuntimeError(problem)
 
 
 def cuda_untouched():

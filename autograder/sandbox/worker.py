@@ -152,8 +152,8 @@ def prepare_kernels(kind):
         kernels.load()
     except ImportError as error:
         return f"this assignment's kernels need Triton, which the grader's environment lacks ({error})"
-    except Exception as error:  # Triton's driver for the GPU could not be made ready
-        return f"this assignment's kernels cannot run on the GPU here ({type(error).__name__}: {str(error)[:200]})"
+    except Exception as error:  # this Triton could not be prepared (another version's interpreter, say)
+        return f"this assignment's kernels cannot run here ({type(error).__name__}: {str(error)[:200]})"
     return kernels.cuda_untouched() if ON_GPU else ""
 
 
