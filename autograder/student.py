@@ -34,6 +34,7 @@ START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk 
 CONTROL_TIMEOUT = 30
 KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment imports Triton in the warm worker first
 log = logging.getLogger(__name__)
+START_SECONDS = 60  # a child on the CUDA device starts afresh (worker.fresh_child): imports, CUDA, Triton
 CHILD_TASKS = 64   # threads a child may run (pids.max of its cgroup); 1 during a counted call
 
 
@@ -277,7 +278,8 @@ class StudentProcess:
             current = None
             try:
                 self._send({"op": "load", "cells": cells, "cell_timeout": self.limits.cell_timeout})
-                deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
+                deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2 +
+                               (START_SECONDS if self.on_gpu else 0))
                 while True:
                     message = protocol.decode(protocol.read_message(self.replies, deadline))
                     event = replies.cell_event(message, len(cells))

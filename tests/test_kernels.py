@@ -318,3 +318,18 @@ finally:
 print("killed")
 ''')
     assert "killed" in out
+
+
+def test_a_gpu_child_starts_afresh_and_says_when_it_cannot_open_the_gpu(monkeypatch):
+    """On a GPU grader a kernel assignment's child runs the worker's start-up again in its own process
+    (worker.fresh_child); where it cannot open the GPU (here: none), the grader hears why, as its own
+    failure and not the student's."""
+    from autograder.student import WorkerError
+    monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", "cuda")
+    monkeypatch.setattr("autograder.sandbox.jail.gpu_device_files", lambda: [])
+    monkeypatch.setattr("autograder.sandbox.jail.probe", lambda: "")   # (it refuses a GPU grader without one)
+    with Worker(LIMITS) as worker:
+        worker.start()
+        with pytest.raises(WorkerError, match="the GPU could not be opened in the sandbox"):
+            with StudentProcess(worker, [Cell("kernel", KERNEL)], LIMITS, "triton"):
+                pass

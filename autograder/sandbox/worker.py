@@ -93,7 +93,8 @@ ON_GPU = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
 def child(control, pipes, memory_mb, on_gpu):
     """A forked child: confine itself (on_gpu: its kernels are compiled for the CUDA device, which
     opens it first), then answer the grader's requests on its pipes."""
-    control.close()
+    if control is not None:
+        control.close()
     try:
         confine.confine_submission(memory_mb, "/tmp/work", compiles=on_gpu)
         unavailable = ""
@@ -157,6 +158,19 @@ def prepare_kernels(kind):
     return kernels.cuda_untouched() if ON_GPU else ""
 
 
+def fresh_child(control, pipes, memory_mb):
+    """A child whose kernels run on the CUDA device starts afresh: the forked process runs this file
+    again (`--child`), so nothing the warm worker's start-up did to CUDA's driver state (a library
+    that asks for the device count, say) reaches it: CUDA cannot be used in a process forked after
+    its parent touched it.  The same filters, limits, cgroup and scratch space apply; the child pays
+    for its own imports (a few seconds, which the grader allows for, student.START_SECONDS)."""
+    control.close()
+    for fd in pipes:
+        os.set_inheritable(fd, True)
+    os.execv(sys.executable, [sys.executable, "-E", "-s", "-B", os.path.abspath(__file__), "--child",
+                              *(str(fd) for fd in pipes), str(memory_mb)])
+
+
 def zygote(control):
     """Fork children on request; the grader talks to each child on its own pipes.  The scratch
     space is emptied once the last child of a submission has ended (a submission's measured calls
@@ -180,7 +194,9 @@ def zygote(control):
                 continue
             pid = os.fork()
             if pid == 0:
-                child(control, fds, int(order["memory_mb"]), ON_GPU and bool(order.get("kernels")))
+                if ON_GPU and order.get("kernels"):
+                    fresh_child(control, fds, int(order["memory_mb"]))
+                child(control, fds, int(order["memory_mb"]), False)
             alive.add(pid)
             for fd in fds:
                 os.close(fd)
@@ -198,4 +214,8 @@ def zygote(control):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--child":   # fresh_child: one submission's child, on the CUDA device
+        requests, replies, memory = (int(arg) for arg in sys.argv[2:5])
+        prepare_kernels("triton")     # what it could not do, opening the device says (child)
+        child(None, (requests, replies), memory, True)
     zygote(socket.socket(fileno=int(sys.argv[1])))
