@@ -19,6 +19,7 @@ and grading falls back to sampling the resident size (memory.py), which it says 
 """
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -179,13 +180,21 @@ class Accounting:
                     time.sleep(0.05)
 
 
+_OPENED = itertools.count(1)
+
+
+def _own_name():
+    """A name for one Accounting: the process and how many it opened (a process may hold several)."""
+    return f"{os.getpid()}-{next(_OPENED)}"
+
+
 def _v1():
     folders = []
     for controller in ("memory", "pids"):
         mount = ROOT / controller
         if not (mount / "cgroup.procs").exists():
             raise Unavailable(f"no cgroup v1 {controller} controller at {mount}")
-        folders.append(mount / _own_path(controller) / f"autograder-{os.getpid()}")
+        folders.append(mount / _own_path(controller) / f"autograder-{_own_name()}")
     return Accounting(1, folders)
 
 
@@ -196,7 +205,7 @@ def _v2():
     parent.mkdir(exist_ok=True)
     for folder in (ROOT, parent):
         _write(folder / "cgroup.subtree_control", "+memory +pids")
-    own = parent / f"grader-{os.getpid()}"
+    own = parent / f"grader-{_own_name()}"
     own.mkdir(exist_ok=True)
     _write(own / "cgroup.subtree_control", "+memory +pids")
     return Accounting(2, [own])
