@@ -199,7 +199,8 @@ def moved(value, device):
         if value.is_contiguous() or value.device.type == torch.device(device).type:
             return value.to(device)
         storage = value.untyped_storage()
-        whole = torch.empty(0, dtype=value.dtype).set_(storage, 0, (storage.nbytes() // value.element_size(),))
+        whole = torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            storage, 0, (storage.nbytes() // value.element_size(),))
         return whole.to(device).as_strided(value.shape, value.stride(), value.storage_offset())
     if isinstance(value, (list, tuple)):
         return type(value)(moved(item, device) for item in value)
