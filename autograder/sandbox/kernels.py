@@ -120,18 +120,20 @@ def _install():
             raise OutOfBounds(f"{what} of program {_STATE['program']} reaches {outside} element(s) outside every "
                               f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
 
-    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    # The interpreter's operations take other trailing arguments in other Triton versions (3.6's loads
+    # take an eviction policy): the wrappers pass on whatever follows the arguments they read.
+    def create_masked_load(self, ptrs, mask, *rest):
         reach(self, ptrs, mask, "tl.load")
         if _STATE["counting"]:
             _STATE["addressed"] += int(np.asarray(ptrs.data).size)
-        return originals["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+        return originals["create_masked_load"](self, ptrs, mask, *rest)
 
-    def create_masked_store(self, ptrs, value, mask, cache_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest):
         reach(self, ptrs, mask, "tl.store")
-        return originals["create_masked_store"](self, ptrs, value, mask, cache_policy)
+        return originals["create_masked_store"](self, ptrs, value, mask, *rest)
 
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        out = originals["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
+    def create_dot(self, a, b, d, *rest):
+        out = originals["create_dot"](self, a, b, d, *rest)
         if _STATE["counting"]:
             m, k = np.shape(a.data)[-2:]
             _STATE["flops"] += 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k) \
