@@ -8,12 +8,14 @@ What is counted, as torch's dispatcher runs it (after torch.matmul, einsum, tens
   mv, addmv, dot, vdot, addr, outer    the same rule for matrix-vector and vector products
   mul, addcmul (element-wise)          2 per element of the result: the multiply and the add of the
                                        sum that turns element-wise products into a product
+  _scaled_mm, _int_mm                  as mm
+  convolution and its backends         torch's own formula (torch.utils.flop_counter.conv_flop_count)
 
 Work done where torch's dispatcher does not see it is not counted, so the suites also require a count
 no lower than the algorithm's own: an answer that hides its work is "far below", never "cheap".  A
 tensor may not become a NumPy array while a call is counted (Tensor.numpy and __array__ raise then;
 `install` wraps them in the worker before any submission's code, so a reference taken by a
-submission is the wrapper).  The count cannot be emptied from inside the call (it lives in this
+submission is the wrapper); nor a Python list (Tensor.tolist, a storage's tolist, __dlpack__).  The count cannot be emptied from inside the call (it lives in this
 module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
@@ -58,7 +60,20 @@ COSTS = {
     aten.mul_: lambda args, out: 2 * _numel(out),
     aten.addcmul: lambda args, out: 2 * _numel(out),
     aten.addcmul_: lambda args, out: 2 * _numel(out),
+    aten._scaled_mm: lambda args, out: _matrix(args[0], args[1]),
+    aten._int_mm: lambda args, out: _matrix(args[0], args[1]),
 }
+# Convolutions are products too (a 1-D convolution with a kernel of 1 is a matrix product), counted
+# by torch's own formula (torch.utils.flop_counter), as every convolution operator torch counts.
+for _operator in (aten.convolution, aten._convolution, aten.convolution_overrideable, aten.cudnn_convolution,
+                  aten._slow_conv2d_forward):
+    COSTS[_operator] = lambda args, out: _convolution(args, out)
+
+
+def _convolution(args, out):
+    from torch.utils.flop_counter import conv_flop_count
+    transposed = bool(args[6]) if len(args) > 6 and isinstance(args[6], bool) else False
+    return conv_flop_count(list(_shape(args[0])), list(_shape(args[1])), list(_shape(out)), transposed)
 
 
 # Exponentials: a softmax's own work.  A counted call reports how many of these torch ran (a kernel
@@ -71,8 +86,11 @@ class NotCountable(RuntimeError):
     pass
 
 
-NOT_COUNTABLE = ("a tensor was turned into a NumPy array during a call whose work is counted: NumPy's work "
-                 "cannot be counted, so keep the call's products in torch")
+NOT_COUNTABLE = ("a tensor was turned into a NumPy array or a Python list during a call whose work is counted: "
+                 "work done on them cannot be counted, so keep the call's work in torch (or in the kernel)")
+# The ways to hand a tensor's numbers to code the count does not see, refused during a counted call.
+REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
+           (torch.UntypedStorage, ("tolist",)), (torch.TypedStorage, ("tolist",)))
 
 
 def _make():
@@ -110,8 +128,9 @@ def _make():
         return wrapper
 
     def install():
-        for name in ("numpy", "__array__"):
-            setattr(torch.Tensor, name, refusing(getattr(torch.Tensor, name)))
+        for owner, names in REFUSED:
+            for name in names:
+                setattr(owner, name, refusing(getattr(owner, name)))
 
     return Counting, read, read_exponentials, switch, install
 

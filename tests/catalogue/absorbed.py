@@ -121,6 +121,13 @@ GAMING = [
     Gaming("the cache up-projected with element-wise products", naive_with(
         "(lambda c, w: (c[..., None, :] * w).sum(-1))"),
         loses=(COUNTED,), says=CAUSES["up_projects"]),
+    Gaming("the cache up-projected by a 1-D convolution with a kernel of 1", naive_with(
+        "(lambda c, w: torch.nn.functional.conv1d(c.transpose(1, 2), w[:, :, None]).transpose(1, 2))"),
+        loses=(COUNTED,), says=CAUSES["up_projects"]),
+    Gaming("the cache up-projected in NumPy, reached through Python lists", naive_with(
+        "(lambda c, w: torch.tensor(numpy.array(c.tolist()) @ numpy.array(w.tolist()).T, dtype=c.dtype))",
+        "import numpy\n\n\n"),
+        loses=(COUNTED,), says="Python list"),
     Gaming("the cache up-projected with einsum", naive_with(
         "(lambda c, w: torch.einsum('btl,ol->bto', c, w))"),
         loses=(COUNTED,), says=CAUSES["up_projects"]),
