@@ -107,7 +107,7 @@ def _count(value):
         _require(type(value.get("count_intact")) is bool, "count_intact is not a bool")
 
 
-KERNEL_COUNTS = ("launches", "programs", "addressed", "flops")
+KERNEL_COUNTS = ("launches", "programs", "addressed", "distinct", "flops")
 
 
 def _kernels(value):

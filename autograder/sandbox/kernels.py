@@ -10,8 +10,11 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
 `Tally` reports what its kernels did, counted where the kernel runs and not taken from the answer:
 
   launches, programs   kernel launches and the programs of their grids
-  addressed            elements every tl.load addressed, masked lanes included: a program that
-                       visits a tile reads it, a tile it skips is not counted
+  addressed            elements the unmasked lanes of every tl.load read (a program that visits a
+                       tile reads it, a tile it skips is not counted; lanes a mask turns off read
+                       nothing and are not counted either)
+  distinct             the distinct elements those lanes read, over the whole call: one element
+                       loaded many times counts once
   flops                tl.dot as 2 * M * N * K, an element-wise multiply as 2 per element (the
                        multiply and the add of the sum it feeds), as counter.py counts torch's
   out_of_bounds        the first tl.load or tl.store whose unmasked lanes reach outside every
@@ -27,7 +30,7 @@ import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-          "program": (0, 0, 0)}
+          "program": (0, 0, 0), "read": []}
 _WRAPPERS = {}
 
 
@@ -103,15 +106,14 @@ def _install():
     launch = interpreter.GridExecutor.__call__
 
     def reach(self, ptrs, mask, what):
-        """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor."""
-        ranges = _STATE["ranges"]
-        if not ranges:
-            return
-        size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
+        """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor; the
+        addresses of the unmasked lanes otherwise."""
         where = np.asarray(ptrs.data, dtype=np.uint64)
         lanes = where[np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)] if mask is not None else where
-        if lanes.size == 0:
-            return
+        ranges = _STATE["ranges"]
+        if not ranges or lanes.size == 0:
+            return lanes.ravel()
+        size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
         inside = np.zeros(lanes.shape, dtype=bool)
         for low, high in ranges:
             inside |= (lanes >= np.uint64(low)) & (lanes + np.uint64(size) <= np.uint64(high))
@@ -119,13 +121,15 @@ def _install():
             outside = int((~inside).sum())
             raise OutOfBounds(f"{what} of program {_STATE['program']} reaches {outside} element(s) outside every "
                               f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
+        return lanes.ravel()
 
     # The interpreter's operations take other trailing arguments in other Triton versions (3.6's loads
     # take an eviction policy): the wrappers pass on whatever follows the arguments they read.
     def create_masked_load(self, ptrs, mask, *rest):
-        reach(self, ptrs, mask, "tl.load")
+        lanes = reach(self, ptrs, mask, "tl.load")
         if _STATE["counting"]:
-            _STATE["addressed"] += int(np.asarray(ptrs.data).size)
+            _STATE["addressed"] += int(lanes.size)
+            _STATE["read"].append(lanes)
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
@@ -190,12 +194,17 @@ class Tally:
 
     def __enter__(self):
         self.start = {name: _STATE[name] for name in self.FIELDS}
+        _STATE["read"] = []
         _STATE["counting"] = True
         return self
 
     def __exit__(self, *exc):
+        import numpy as np
         _STATE["counting"] = False
         self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
+        read = _STATE["read"]
+        self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
+        _STATE["read"] = []
         self.intact = intact()
         return False
 

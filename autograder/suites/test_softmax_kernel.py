@@ -17,6 +17,9 @@ CAUSES = {
               "x.stride(0) elements apart in memory",
     "no_max": "exp(x) without subtracting the row's maximum (it overflows for large scores)",
     "dtype": "The output must have x's dtype: allocate it with torch.empty_like(x) or dtype=x.dtype.",
+    "in_place": "the softmax stored over its input: allocate the output (torch.empty_like(x)) and leave x as it was",
+    "fixed_block": "a BLOCK of fixed size: a row wider than it is cut short; BLOCK must cover the whole row, "
+                   "triton.next_power_of_2(n_cols)",
 }
 STATEMENT = ("One program per row: load x_ptr + row * x_row_stride + tl.arange(0, BLOCK) with mask cols < n_cols and "
              "other=-inf, subtract the maximum, exponentiate, divide by the sum, store with the same mask.")
@@ -24,7 +27,7 @@ STATEMENT = ("One program per row: load x_ptr + row * x_row_stride + tl.arange(0
 
 def softmax(student, x, **options):
     """(the output, the reply) of the student's triton_softmax(x)."""
-    with A.crash_hint([(A.OUT_OF_BOUNDS, CAUSES["no_mask"])]):
+    with A.crash_hint([(A.OUT_OF_BOUNDS, CAUSES["no_mask"])] + A.TRITON_CRASHES):
         reply = student.call("triton_softmax", x, **options)
     return checks.tensor(reply["output"], "triton_softmax(x)"), reply
 
@@ -76,13 +79,32 @@ def test_returns_the_shape_and_dtype(student):
 
 
 def test_matches_softmax(student):
-    compare(student, rows(6, 64, seed=3), "triton_softmax(x), 6 rows of 64")
+    x = rows(6, 64, seed=3)
+    y, reply = softmax(student, x, echo_args=True)
+    checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(x), 6 rows of 64", STATEMENT,
+                 lambda: named_mistakes(x))
+    A.check_inputs_unchanged(reply, (x,), ("x",), "triton_softmax(x)", CAUSES["in_place"])
+
+
+def cut_short(x, y):
+    """Whether y is the softmax of a fixed number of x's first columns (a power of two below its
+    width), the rest of each row left unwritten: a BLOCK of fixed size."""
+    for block in (16, 32, 64, 128, 256):
+        if block < x.shape[1] and checks.is_close(y[:, :block], torch.softmax(x[:, :block].double(), -1).to(x.dtype)):
+            return True
+    return False
 
 
 def test_columns_not_a_power_of_two(student):
-    for cols, seed in ((100, 4), (37, 5)):
-        compare(student, rows(4, cols, seed=seed), f"triton_softmax(x), rows of {cols} (BLOCK {1 << (cols - 1).bit_length()})",
-                "Mask the lanes past n_cols on the load (other=-inf) and on the store.")
+    for cols, seed in ((100, 4), (37, 5), (300, 12)):
+        x = rows(4, cols, seed=seed)
+        y, _ = softmax(student, x)
+        what = f"triton_softmax(x), rows of {cols} (BLOCK {1 << (cols - 1).bit_length()})"
+        checks.shape(y, x.shape, what)
+        if not checks.is_close(y, torch.softmax(x.double(), dim=-1).float()) and cut_short(x, y):
+            raise checks.Feedback(f"{what}: only the first columns of each row hold its softmax.", CAUSES["fixed_block"])
+        checks.close(y, torch.softmax(x.double(), dim=-1).float(), what,
+                     "Mask the lanes past n_cols on the load (other=-inf) and on the store.", lambda: named_mistakes(x))
 
 
 def test_rows_with_a_stride(student):
@@ -113,4 +135,4 @@ def test_the_kernel_does_the_work(student):
     y, reply = softmax(student, x, count_flops=True, count_kernels=True)
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(x) of the counted call",
                  "The counted call must first give the right answer.", lambda: named_mistakes(x))
-    A.check_kernel_work(reply, "triton_softmax(x)", least_addressed=x.numel())
+    A.check_kernel_work(reply, "triton_softmax(x)", least_addressed=x.numel(), programs=x.shape[0])

@@ -29,6 +29,12 @@ MISTAKES = [
             fails=("survives_large_scores",),
             code=changed("    x = x - tl.max(x, axis=0)                                # the row's maximum becomes 0: no overflow\n",
                          "")),
+    Mistake("BLOCK fixed at 128 (the widest row tried in the notebook is 100)", "fixed_block",
+            fails=UNEVEN,
+            code=changed("BLOCK=triton.next_power_of_2(cols))", "BLOCK=128)")),
+    Mistake("the softmax stored over its input", "in_place",
+            fails=("matches_softmax",),
+            code=changed("    out = torch.empty(rows, cols, dtype=x.dtype, device=x.device)\n", "    out = x\n")),
     Mistake("a float32 output for every input", "dtype",
             fails=("keeps_float16",),
             code=changed("out = torch.empty(rows, cols, dtype=x.dtype, device=x.device)",
@@ -96,6 +102,42 @@ DEGENERATES = [
 
 
 GAMING = [
+    # The thread is started when the cell runs, before any counted call: torch's count does not see
+    # another thread's work, and the grader holds the call itself to one thread.
+    Gaming("torch's softmax in a thread started when the cell ran, a kernel launched for show", SOLUTION + '''
+
+import queue
+import threading
+
+_asked, _answered = queue.Queue(), queue.Queue()
+
+
+def _softmax_server():
+    while True:
+        rows = _asked.get()
+        _answered.put(torch.softmax(rows.float(), dim=-1).to(rows.dtype))
+
+
+threading.Thread(target=_softmax_server, daemon=True).start()
+_by_the_kernel = triton_softmax
+
+
+def triton_softmax(x):
+    _by_the_kernel(x)
+    _asked.put(x)
+    return _answered.get()
+''', loses=("the_kernel_does_the_work",), says="thread",
+        on_gpu=()),   # a GPU's call is not held to one thread (Triton compiles in processes there)
+    Gaming("the softmax in Python lists (tolist), a kernel launched for show", SOLUTION + '''
+
+_by_the_kernel = triton_softmax
+
+
+def triton_softmax(x):
+    _by_the_kernel(x)
+    rows = [[math.exp(value - max(row)) for value in row] for row in x.float().tolist()]
+    return torch.tensor([[value / sum(row) for value in row] for row in rows], dtype=x.dtype)
+''', loses=("the_kernel_does_the_work",), says="Python list"),
     Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
         "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
         loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),

@@ -43,6 +43,13 @@ def crash_hint(hint, when=SHAPE_ERRORS):
         raise
 
 
+def check_inputs_unchanged(reply, inputs, names, function, hint):
+    """A call made with echo_args=True left its first inputs as they were handed in."""
+    for before, after, name in zip(inputs, reply["args_after"], names):
+        checks.require(isinstance(after, torch.Tensor) and torch.equal(after, before),
+                       f"{function} changed its input {name} in place.", hint)
+
+
 def randn(*shape, dtype=torch.float64, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=generator, dtype=dtype)

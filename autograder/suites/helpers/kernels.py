@@ -49,19 +49,35 @@ def kernel_qkv(b, h, sq, sk, d, dtype=torch.float32, seed=0):
             randn(b, h, sk, d, seed=seed + 2).to(dtype))
 
 
+GRID = ("Launch the grid the statement gives (one program per row, or per query tile and head: "
+        "(cdiv(Sq, BLOCK_M), B * H)), computed from the block sizes the call was given.")
+# Errors of kernels written for other Triton versions or for a GPU only, and what to do instead.
+TRITON_CRASHES = [
+    (("0 active drivers",), "@triton.autotune (and anything else that benchmarks or compiles for a GPU) needs a GPU, "
+                            "and the kernels are graded in Triton's interpreter: choose the block sizes and launch "
+                            "the kernel yourself"),
+    (("make_block_ptr", "'advance'"), "block pointers (tl.make_block_ptr, tl.advance) are gone from Triton 3.9: "
+                                      "compute the pointers from the strides (with masks), or use "
+                                      "tl.make_tensor_descriptor"),
+    (("trans_a", "trans_b"), "tl.dot takes no trans_a or trans_b since Triton 2.1: pass tl.trans(b)"),
+]
 NOT_THE_KERNEL = ("The work must be your kernel's: launch it from the function, and compute inside it (tl.dot, "
                   "tl.exp, tl.sum): torch may allocate the outputs, but not compute the answer.")
 
 
-def check_kernel_work(reply, what, least_flops=0, least_addressed=0):
-    """The call's kernels did the work: a kernel ran (and, in Triton's interpreter, its products and
-    loads reached `least_flops` and `least_addressed`), and torch computed no exponential and almost
-    no products (allocation, a scale of the inputs and copies are allowed).  Every count must have
-    stayed whole."""
+def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=None):
+    """The call's kernels did the work: a kernel ran (and, in Triton's interpreter, its products reached
+    `least_flops`, its loads read at least `least_addressed` distinct elements, and it ran the
+    statement's grid of `programs` programs), and torch computed no exponential and almost no products
+    (allocation, a scale of the inputs and copies are allowed).  Every count must have stayed whole,
+    and no thread the notebook started may run beside the call (its work would not be counted)."""
     tally = reply.get("kernels") or {}
     if not tally.get("intact", False) or not reply.get("count_intact", False):
         raise Feedback(f"The count of what {what} did was switched off or changed while it ran.",
                        "Leave Triton's interpreter and the grader's counters alone: the count of a call is what it did.")
+    if reply.get("other_threads"):
+        raise Feedback(f"{what} ran beside {reply['other_threads']} other thread(s) started by the notebook, whose "
+                       "work the count does not see.", "Start no thread: the call's work must be its own kernels'.")
     if reply["exponentials"]:
         raise Feedback(f"{what} ran {reply['exponentials']} exponential or softmax operation(s) in torch.", NOT_THE_KERNEL)
     if tally["interpreted"] and tally["launches"] == 0:
@@ -71,6 +87,8 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0):
     if tally["interpreted"] and tally["flops"] < least_flops:
         raise Feedback(f"{what}'s kernels did {tally['flops']:,} floating-point operations in their products "
                        f"(tl.dot, *), fewer than the {least_flops:,} the computation needs.", NOT_THE_KERNEL)
-    if tally["interpreted"] and tally["addressed"] < least_addressed:
-        raise Feedback(f"{what}'s kernels loaded {tally['addressed']:,} elements, fewer than the {least_addressed:,} "
-                       "of its inputs.", NOT_THE_KERNEL)
+    if tally["interpreted"] and tally["distinct"] < least_addressed:
+        raise Feedback(f"{what}'s kernels read {tally['distinct']:,} distinct elements (lanes a mask turns off read "
+                       f"nothing), fewer than the {least_addressed:,} of its inputs.", NOT_THE_KERNEL)
+    if tally["interpreted"] and programs is not None and tally["programs"] != programs:
+        raise Feedback(f"{what} ran {tally['programs']:,} programs; the statement's grid has {programs:,}.", GRID)

@@ -63,13 +63,6 @@ def memory_gradients(seed):
     return q, k, v, d_out, out, lse, weights @ k * scale, weights.transpose(-2, -1) @ q * scale, dv
 
 
-def check_inputs_unchanged(reply, inputs, names, function, hint):
-    """A call made with echo_args=True left its first inputs as they were handed in."""
-    for before, after, name in zip(inputs, reply["args_after"], names):
-        checks.require(isinstance(after, torch.Tensor) and torch.equal(after, before),
-                       f"{function} changed its input {name} in place.", hint)
-
-
 def megabytes(count):
     return f"{count / 2**20:.1f} MiB"
 
