@@ -31,11 +31,17 @@ CAUSES = {
     "no_skip": "Programs must not visit the key tiles that lie wholly after their last query: end the loop over "
                "key tiles at min((tile + 1) * BLOCK_M, Sk) when causal.",
     "dtype": "out has q's dtype (allocate it with q.dtype) and lse is float32.",
+    "in_place": "the output stored over an input: allocate out (torch.empty) and leave q, k and v as they were",
+    "v_strides": "V's elements addressed with K's strides: V has its own layout (pass and use *v.stride())",
+    "grid": "a grid other than the statement's (cdiv(Sq, BLOCK_M), B * H): some query tiles or heads get no "
+            "program (a grid from BLOCK_N, or over H instead of B * H)",
+    "m_zero": "a running maximum that starts at 0 instead of -inf: where every score of a row lies far below 0, "
+              "exp(s - 0) underflows to 0 and the row divides 0 by 0",
 }
 STATEMENT = ("Each key tile: S = tl.dot(q, tl.trans(k)) * scale; m_new = max(m, rowmax(S)); P = exp(S - m_new); "
              "l = l * exp(m - m_new) + rowsum(P); acc = acc * exp(m - m_new) + tl.dot(P, V); at the end "
              "out = acc / l and lse = m + log(l).")
-CRASHES = [(A.OUT_OF_BOUNDS, CAUSES["out_of_bounds"])]
+CRASHES = [(A.OUT_OF_BOUNDS, CAUSES["out_of_bounds"])] + A.TRITON_CRASHES
 
 
 def flash(student, q, k, v, causal=False, block_m=32, block_n=16, **options):
@@ -96,15 +102,37 @@ def named_mistakes(q, k, v, causal, block_m, block_n, index):
     found = {key: mistaken(q, k, v, causal, block_m, block_n, key)[index].to(q.dtype) for key in keys}
     if not all(x.is_contiguous() for x in (q, k, v)):
         found["stride"] = A.attention_lse(*map(as_if_contiguous, (q, k, v)), causal)[index].to(q.dtype)
+    if v.stride() != k.stride():   # V read through K's strides, from V's own memory
+        found["v_strides"] = A.attention_lse(q, k, torch.as_strided(v, v.shape, k.stride()), causal)[index].to(q.dtype)
     return A.named(CAUSES, **found)
 
 
-def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=STATEMENT, lse_too=False):
+def check_grid(out, want, what, block_m, block_n):
+    """Name the grid when out is right only for the rows a wrong grid reaches: the query tiles of a grid
+    counted in BLOCK_N tiles, or the heads of the first batch element (a grid over H)."""
+    right = torch.isclose(out.double(), want.double(), **checks.tolerance(out.dtype)).all(dim=-1)   # [B, H, Sq]
+    if right.all() or not right.any():
+        return
+    reached = min(out.shape[2], math.ceil(out.shape[2] / block_n) * block_m)
+    by_block_n = bool(right[..., :reached].all()) and not bool(right[..., reached:].any())
+    over_h = out.shape[0] > 1 and bool(right[0].all()) and not bool(right[1:].any())
+    if by_block_n or over_h:
+        raise checks.Feedback(f"out ({what}): right for {'the first query tiles' if by_block_n else 'the first batch element'}"
+                              " only, the rest never written.", CAUSES["grid"])
+
+
+def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=STATEMENT, lse_too=False,
+            unchanged=False):
+    """The student's (out, lse) against attention's; unchanged: the inputs must also be left as they were."""
     sent = [A.laid_out(x) if not x.is_contiguous() else x for x in (q, k, v)]
-    out, lse, _ = flash(student, *sent, causal, block_m, block_n)
+    out, lse, reply = flash(student, *sent, causal, block_m, block_n, echo_args=unchanged)
     want_out, want_lse = A.attention_lse(q, k, v, causal)
+    if out.shape == want_out.shape:
+        check_grid(out, want_out, what, block_m, block_n)
     checks.close(out, want_out.to(q.dtype), f"out ({what})", hint,
                  lambda: named_mistakes(q, k, v, causal, block_m, block_n, 0))
+    if unchanged:
+        A.check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "triton_flash_attention", CAUSES["in_place"])
     if lse_too:
         checks.close(lse, want_lse.float(), f"lse ({what})", "lse = m + log(l) after the last key tile.",
                      lambda: named_mistakes(q, k, v, causal, block_m, block_n, 1))
@@ -134,7 +162,8 @@ def test_returns_output_and_logsumexp(student):
 
 
 def test_matches_attention(student):
-    compare(student, *inputs(1, 2, 64, 96, 16, seed=3), "64 queries, 96 keys, blocks of 32", block_n=32)
+    compare(student, *inputs(2, 2, 64, 96, 16, seed=3), "2 x 2 heads, 64 queries, 96 keys, blocks of 16 and 32",
+            block_m=16, block_n=32, unchanged=True)
 
 
 def test_logsumexp(student):
@@ -153,8 +182,8 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 def test_strided_inputs(student):
     q, k, v = inputs(2, 2, 40, 40, 16, seed=7)
-    q, k, v = A.sequence_major(q), A.padded(k), A.sequence_major(v)
-    compare(student, q, k, v, "q and v laid out as [B, S, H, D] in memory, k with rows 32 elements apart",
+    q, k, v = A.sequence_major(q), A.padded(k, extra=8), A.inside_wider(v, extra=16, seed=14)
+    compare(student, q, k, v, "q laid out as [B, S, H, D] in memory, k's rows 24 and v's 32 elements apart",
             block_m=64, block_n=32, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 
 
@@ -175,6 +204,13 @@ def test_keeps_float16(student):
 def test_large_scores_stay_finite(student):
     compare(student, *inputs(1, 1, 64, 48, 16, seed=10, scale=40.0), "queries scaled by 40",
             hint="Subtract the running maximum before tl.exp.")
+    # Every score near -256: a running maximum must start at -inf, not 0, or exp(s - 0) underflows to 0.
+    q, k, v = inputs(1, 2, 40, 48, 16, seed=13)
+    q, k = -8.0 - 0.1 * q.abs(), 8.0 + 0.1 * k.abs()
+    out, _, _ = flash(student, q, k, v, False, 32, 16)
+    checks.require(bool(torch.isfinite(out).all()), "out (every score below -250) holds NaN or infinity.",
+                   CAUSES["m_zero"])
+    compare(student, q, k, v, "every score below -250", hint="Start the running maximum at -inf.")
 
 
 def attention_flops(sq, sk, d, heads):
@@ -191,7 +227,7 @@ def test_the_kernel_does_the_work(student):
     checks.close(out, A.attention_lse(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
                  "The counted call must first give the right answer.", lambda: named_mistakes(q, k, v, False, 32, 16, 0))
     A.check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
-                        least_addressed=q.numel() + k.numel() + v.numel())
+                        least_addressed=q.numel() + k.numel() + v.numel(), programs=math.ceil(64 / 32) * 2)
 
 
 def tile_loads(n, d, block_m, block_n, causal):

@@ -24,7 +24,7 @@ STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_atten
 def run(student, q, k, v, causal, upstream, **options):
     """(out, (dq, dk, dv), the reply) of the student's triton_attention, back-propagated from `upstream`."""
     with A.crash_hint([(("incorrect number of gradients",), CAUSES["no_none"]),
-                       (A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")]):
+                       (A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + A.TRITON_CRASHES):
         reply = student.call("triton_attention", q, k, v, causal, grad=True, grad_outputs=[upstream], **options)
     out = checks.tensor(reply["output"], "triton_attention(q, k, v)")
     grads = reply["input_grads"] or [None, None, None, None]
@@ -35,7 +35,7 @@ def run(student, q, k, v, causal, upstream, **options):
 
 def forward(student, q, k, v, causal=False, **options):
     """(out, the reply) of the student's triton_attention, forward only."""
-    with A.crash_hint([(A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")]):
+    with A.crash_hint([(A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + A.TRITON_CRASHES):
         reply = student.call("triton_attention", q, k, v, causal, **options)
     return checks.tensor(reply["output"], "triton_attention(q, k, v)"), reply
 

@@ -13,6 +13,8 @@ CAUSES = {
     "full_last_tile": "the last key tile counted as a whole block_n keys, past the end of the sequence",
     "sum_not_max": "the time as the sum of compute time and memory time instead of the slower of the two",
     "lse_bytes": "the logsumexp counted with element_bytes instead of 4 bytes (it is float32)",
+    "diagonal_keys": "a causal query tile's keys counted up to its last query instead of to the end of the last key "
+                     "tile it visits (whole key tiles of block_n are computed; it shows when block_m < block_n)",
 }
 STATEMENT = ("Per query tile i: rows_i queries, keys_i = min(block_n * tiles visited, n); FLOPs 4 * rows_i * keys_i * d; "
              "bytes (2 * keys_i * d) * element_bytes; plus (2 * n * d) * element_bytes + 4 * n; times heads; "
@@ -27,6 +29,8 @@ def costs(heads, n, d, causal, block_m, block_n, peak, bandwidth, element_bytes=
         rows = min(block_m, n - start)
         visited = math.ceil(min(start + block_m, n) / block_n) if causal else tiles_all
         keys = visited * block_n if mistake == "full_last_tile" else min(visited * block_n, n)
+        if mistake == "diagonal_keys" and causal:
+            keys = min(start + block_m, n)
         flops += 4 * rows * keys * d
         moved += 0 if mistake == "kv_once" else 2 * keys * d * element_bytes
     if mistake == "kv_once":
@@ -68,6 +72,7 @@ def check(student, args, index, what, mistakes=()):
 EVEN = (2, 512, 64, False, 128, 64, 1e14, 2e12)
 CAUSAL = (3, 512, 64, True, 64, 64, 1e14, 2e12)
 PARTIAL = (1, 200, 32, True, 64, 32, 1e13, 1e12, 4)
+NARROW_QUERY_TILES = (1, 200, 32, True, 32, 64, 1e13, 1e12, 4)   # block_m < block_n: diagonal tiles half visible
 
 
 def test_costs_grow_with_the_sequence(student):
@@ -97,6 +102,10 @@ def test_causal(student):
 def test_partial_tiles(student):
     check(student, PARTIAL, 0, "flops (200 tokens, key tiles of 32)", ("full_last_tile", "causal_half"))
     check(student, PARTIAL, 1, "bytes (200 tokens, key tiles of 32)", ("full_last_tile", "kv_once", "no_lse", "lse_bytes"))
+    check(student, NARROW_QUERY_TILES, 0, "flops (200 tokens, query tiles of 32, key tiles of 64)",
+          ("diagonal_keys", "full_last_tile", "causal_half"))
+    check(student, NARROW_QUERY_TILES, 1, "bytes (200 tokens, query tiles of 32, key tiles of 64)",
+          ("diagonal_keys", "full_last_tile", "kv_once", "no_lse", "lse_bytes"))
 
 
 def test_time_is_the_slower_limit(student):

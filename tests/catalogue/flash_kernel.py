@@ -10,6 +10,7 @@ from tests.notebooks import solution_answers
 SOLUTION = solution_answers("triton_attention")["flash_kernel"]
 changed = partial(edited, SOLUTION)
 MEASURED = ("the_kernel_does_the_work", "causal_skips_tiles_above_the_diagonal")
+CAUSES_NO_SKIP = "Programs must not visit the key tiles"
 VALUES = ("matches_attention", "logsumexp", "lengths_the_blocks_do_not_divide", "strided_inputs", "causal",
           "keeps_float16", "large_scores_stay_finite")
 K_LOAD = "mask=cols[:, None] < Sk, other=0.0)                     # [BLOCK_N, D]\n        v = tl.load"
@@ -63,6 +64,23 @@ MISTAKES = [
             fails=("causal_skips_tiles_above_the_diagonal",), on_gpu=(),
             code=changed("        end = tl.minimum((tile + 1) * BLOCK_M, Sk)                          # are never visited\n",
                          "        pass\n")),
+    Mistake("the output stored over q", "in_place",
+            fails=("matches_attention",),
+            code=changed("    out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)\n", "    out = q\n")),
+    # A public kernel (FlagAttention's) has this slip: V's layout taken to be K's.
+    Mistake("V addressed with K's strides", "v_strides",
+            fails=("strided_inputs",),
+            code=changed("v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vs + dims[None, :] * stride_vd,",
+                         "v = tl.load(V + b * stride_kb + h * stride_kh + cols[:, None] * stride_ks + dims[None, :] * stride_kd,")),
+    Mistake("the grid counted in key tiles (block_n)", "grid",   # (a GPU cannot count the programs launched)
+            fails=("matches_attention", "the_kernel_does_the_work"), on_gpu=("matches_attention",),
+            code=changed("grid = (triton.cdiv(Sq, block_m), B * H)", "grid = (triton.cdiv(Sq, block_n), B * H)")),
+    Mistake("a grid over the heads of one batch element (H instead of B * H)", "grid",
+            fails=("matches_attention", "strided_inputs"),
+            code=changed("grid = (triton.cdiv(Sq, block_m), B * H)", "grid = (triton.cdiv(Sq, block_m), H)")),
+    Mistake("the running maximum started at 0", "m_zero",
+            fails=("large_scores_stay_finite",),
+            code=changed('m = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m = tl.zeros([BLOCK_M], tl.float32)")),
     Mistake("a float32 output for float16 inputs", "dtype",
             fails=("keeps_float16",),
             code=changed("out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)",
@@ -183,6 +201,13 @@ DEGENERATES = [
 
 
 GAMING = [
+    # Lanes a mask turns off read nothing: visiting masked-off tiles past Sk in the call without the
+    # mask does not make the causal call's loads look like a skip.
+    Gaming("every tile visited when causal, masked-off tiles past Sk added when not", changed(
+        "    end = Sk\n    if CAUSAL:                                                              # tiles above the diagonal\n"
+        "        end = tl.minimum((tile + 1) * BLOCK_M, Sk)                          # are never visited\n",
+        "    end = Sk if CAUSAL else 2 * Sk\n"),
+        loses=("causal_skips_tiles_above_the_diagonal",), says=CAUSES_NO_SKIP, on_gpu=()),
     Gaming("attention in torch, the kernel launched for show", SOLUTION.replace(
         "    return out, lse\n",
         "    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(D)\n"

@@ -29,6 +29,15 @@ def padded(x, extra=16):
     return storage[..., :x.shape[-1]]
 
 
+def inside_wider(x, extra=16, seed=0):
+    """x as a view into a larger tensor whose other elements are ordinary numbers (random, finite): a
+    kernel that walks x with another tensor's strides reads plausible numbers, which the values show
+    and a recomputed mistake can name (NaN, as padded's, would make every such mistake look alike)."""
+    storage = randn(*x.shape[:-1], x.shape[-1] + extra, seed=seed).to(x.dtype)
+    storage[..., :x.shape[-1]] = x
+    return storage[..., :x.shape[-1]]
+
+
 def sequence_major(x):
     """The same [B, H, S, D] values laid out as [B, S, H, D] in memory (a transposed view, as the
     heads of a projection come out): element [b, h, s, d] is not where a contiguous layout puts it."""
