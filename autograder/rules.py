@@ -38,6 +38,9 @@ INTERNAL_ATTRIBUTES = {
     "__kwdefaults__": "a function's hidden defaults", "__wrapped__": "the function behind a wrapper",
     "__globals__": "another module's globals", "__code__": "another function's code",
     "cell_contents": "a function's closure",
+    "__dict__": "an object's attributes as a dictionary (a way around the names this reading checks)",
+    "__getattribute__": "attributes by a name computed at run time", "__setattr__": "attributes set by a computed name",
+    "__delattr__": "attributes removed by a computed name",
     "interpreter": "Triton's interpreter (the grader counts a kernel's work there)",
     "InterpreterBuilder": "Triton's interpreter (the grader counts a kernel's work there)",
     "interpreter_builder": "Triton's interpreter (the grader counts a kernel's work there)",
@@ -56,7 +59,9 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "exec": "code built from text", "compile": "code built from text", "globals": "module globals",
                   "TorchDispatchMode": "torch's dispatch modes (the grader's FLOP counter is one)",
                   "FlopCounterMode": "torch's FLOP counter", "no_dispatch": "torch's dispatch modes",
-                  "Counted": "the grader's FLOP counter"}
+                  "Counted": "the grader's FLOP counter",
+                  "vars": "an object's attributes as a dictionary (a way around the names this reading checks)",
+                  "attrgetter": "attributes by a name computed at run time"}
 # The worker's own modules, importable inside the sandbox (autograder/sandbox/).
 SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels", "cells")
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.

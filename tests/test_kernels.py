@@ -62,7 +62,7 @@ def test_a_kernel_runs_in_the_interpreter_and_its_work_is_counted(student):
     tally = reply["kernels"]
     assert tally["interpreted"] and tally["intact"]
     assert (tally["launches"], tally["programs"]) == (1, 3)           # 40 elements in blocks of 16
-    assert tally["addressed"] == 3 * 16                                # masked lanes of the last block included
+    assert tally["addressed"] == 40 and tally["distinct"] == 40      # lanes a mask turns off read nothing
     assert tally["flops"] == 2 * 3 * 16                                # the element-wise multiply, 2 per element
     assert reply["flops"] == 0 and reply["exponentials"] == 0         # torch did none of it
 
@@ -333,3 +333,26 @@ def test_a_gpu_child_starts_afresh_and_says_when_it_cannot_open_the_gpu(monkeypa
         with pytest.raises(WorkerError, match="the GPU could not be opened in the sandbox"):
             with StudentProcess(worker, [Cell("kernel", KERNEL)], LIMITS, "triton"):
                 pass
+
+
+def test_a_wrapper_swapped_and_put_back_is_seen(worker):
+    """The interpreter's load replaced during the call and restored before it returns, through names no
+    reader can check: the count is not intact (the audit hook saw the swap)."""
+    swap = '''
+def swap_and_back(x):
+    import triton
+    space = triton
+    for part in ("run" + "time", "inter" + "preter"):
+        space = getattr(space, part)
+    builder = getattr(space, "Interpreter" + "Builder")
+    counted = getattr(builder, "create_masked_load")
+    setattr(builder, "create_masked_load", lambda self, *args: counted(self, *args))
+    try:
+        return double(x)
+    finally:
+        setattr(builder, "create_masked_load", counted)
+'''
+    with StudentProcess(worker, [Cell("kernel", KERNEL), Cell("swap", swap)], LIMITS, "triton") as process:
+        reply = Student(process).call("swap_and_back", torch.ones(16), count_kernels=True)
+    assert torch.equal(reply["output"], torch.full((16,), 2.0))
+    assert reply["kernels"]["intact"] is False

@@ -22,15 +22,17 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
                        OutOfBounds, which names the program and the operation)
 
 The wrappers are put in place before any submission's code runs; after a call `Tally.intact`
-says whether they are still the interpreter's operations (code that takes them apart is also
-flagged on the trusted side, rules.py).
+says whether they are still the interpreter's operations and were never seen replaced: every
+wrapper, each time it runs, checks that the others are in place, so one swapped during a call and
+put back before it returns is seen (code that takes them apart is also flagged on the trusted side,
+rules.py, however it spells the names it can be read to use).
 """
 
 import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-          "program": (0, 0, 0), "read": []}
+          "program": (0, 0, 0), "read": [], "replaced": False}
 _WRAPPERS = {}
 
 
@@ -126,6 +128,7 @@ def _install():
     # The interpreter's operations take other trailing arguments in other Triton versions (3.6's loads
     # take an eviction policy): the wrappers pass on whatever follows the arguments they read.
     def create_masked_load(self, ptrs, mask, *rest):
+        watched()
         lanes = reach(self, ptrs, mask, "tl.load")
         if _STATE["counting"]:
             _STATE["addressed"] += int(lanes.size)
@@ -133,10 +136,12 @@ def _install():
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
+        watched()
         reach(self, ptrs, mask, "tl.store")
         return originals["create_masked_store"](self, ptrs, value, mask, *rest)
 
     def create_dot(self, a, b, d, *rest):
+        watched()
         out = originals["create_dot"](self, a, b, d, *rest)
         if _STATE["counting"]:
             m, k = np.shape(a.data)[-2:]
@@ -145,12 +150,14 @@ def _install():
         return out
 
     def create_fmul(self, lhs, rhs):
+        watched()
         out = originals["create_fmul"](self, lhs, rhs)
         if _STATE["counting"]:
             _STATE["flops"] += 2 * int(np.asarray(out.data).size)
         return out
 
     def set_grid_idx(self, x, y, z):
+        watched()
         _STATE["program"] = (x, y, z)
         if _STATE["counting"]:
             _STATE["programs"] += 1
@@ -181,9 +188,22 @@ def _install():
     _WRAPPERS[(interpreter.GridExecutor, "__call__")] = grid_executor_call
 
 
-def intact():
-    """Whether every wrapper is still in place (True where nothing was installed: no interpreter)."""
+def in_place():
+    """Whether every wrapper is in place now."""
     return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in _WRAPPERS.items())
+
+
+def watched():
+    """Called by every wrapper, every time: a wrapper found missing while another runs (one replaced
+    during a call, put back before it returns) is noted for good."""
+    if not in_place():
+        _STATE["replaced"] = True
+
+
+def intact():
+    """Whether every wrapper is in place and none was ever seen replaced (True where nothing was
+    installed: no interpreter)."""
+    return in_place() and not _STATE["replaced"]
 
 
 class Tally:
