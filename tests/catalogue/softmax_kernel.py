@@ -128,6 +128,26 @@ def triton_softmax(x):
     return _answered.get()
 ''', loses=("the_kernel_does_the_work",), says="thread",
         on_gpu=()),   # a GPU's call is not held to one thread (Triton compiles in processes there)
+    # The interpreter reached through vars() and built names, its load swapped during the call and put
+    # back before it returns: the reading of the code flags it (and the wrappers would see the swap).
+    Gaming("the interpreter's load swapped during the call and put back", SOLUTION + '''
+
+_by_the_kernel = triton_softmax
+
+
+def triton_softmax(x):
+    space = vars(triton)["run" + "time"]
+    space = vars(space)["inter" + "preter"]
+    builder = vars(space)["Interpreter" + "Builder"]
+    counted = vars(builder)["create_masked_load"]
+    type.__setattr__(builder, "create_masked_load", lambda self, *args: counted(self, *args))
+    try:
+        return _by_the_kernel(x)
+    finally:
+        type.__setattr__(builder, "create_masked_load", counted)
+''', loses=("returns_the_shape_and_dtype", "matches_softmax", "columns_not_a_power_of_two", "rows_with_a_stride",
+           "keeps_float16", "survives_large_scores", "the_kernel_does_the_work"),
+        says="reaches into what enforces that"),   # a from-scratch exercise: such code earns nothing of it
     Gaming("the softmax in Python lists (tolist), a kernel launched for show", SOLUTION + '''
 
 _by_the_kernel = triton_softmax
