@@ -59,12 +59,14 @@ def any_passes(attempts):
     raise first
 
 
-def attention_function(call, q, k, v):
+def attention_function(call, q, k, v, unnormalised=""):
     """call(q, k, v) -> (output, weights) of the student's attention, on inputs of their choice.
 
     Attention's weights come from the query-key scores (larger queries give sharper weights;
     reordering the keys reorders the weights' columns) and its output is those weights applied
-    to the values.  A scale, an axis or a mask handled wrongly keeps all of this.
+    to the values.  A scale, an axis or a mask handled wrongly keeps all of this.  Weights that do
+    not sharpen because their rows were never divided by their sum are said to be that
+    (`unnormalised`: the suite's words for the cause), not to ignore the scores.
     """
     output, weights = call(q, k, v)
     checks.shape(weights, (*q.shape[:-1], k.shape[-2]), "The weights")
@@ -74,9 +76,16 @@ def attention_function(call, q, k, v):
     checks.require(not differs(output, _double(weights) @ _double(v)),
                    f"The output is not the weights applied to the values (weights @ v), {NOT_ATTENTION}.")
     _, sharper = call(q * 4, k, v)
-    checks.require(concentration(sharper) > 1.05 * concentration(weights),
-                   "The weights do not sharpen when the queries grow (queries scaled by 4 should move each "
-                   f"row's weight towards its best-matching keys): they ignore the query-key scores, {NOT_ATTENTION}.")
+    if not concentration(sharper) > 1.05 * concentration(weights):
+        sums = _double(weights).sum(dim=-1)
+        sums = sums[torch.isfinite(sums)]
+        checks.require(not sums.numel() or bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-2)),
+                       f"The weights' rows sum to between {float(sums.min()) if sums.numel() else 0:.3g} and "
+                       f"{float(sums.max()) if sums.numel() else 0:.3g}, not 1: they are not normalised, "
+                       f"{NOT_ATTENTION}.", unnormalised)
+        raise checks.Feedback("The weights do not sharpen when the queries grow (queries scaled by 4 should move each "
+                              f"row's weight towards its best-matching keys): they ignore the query-key scores, "
+                              f"{NOT_ATTENTION}.")
     order = torch.arange(k.shape[-2] - 1, -1, -1)
     moved_output, moved_weights = call(q, k[..., order, :], v[..., order, :])
     checks.require(not differs(moved_weights, _double(weights)[..., order]) and not differs(moved_output, output),
