@@ -98,9 +98,16 @@ def _warm_compiler():
 
 
 def _install():
+    import dataclasses
+
     import numpy as np
     from triton.runtime import interpreter
 
+    # The interpreter checks every int32 sum and product for overflow by default; a kernel compiled for
+    # a GPU does not (outside Triton's debug mode). Without the check the kernels run as they would
+    # there, and about a quarter faster.
+    shared = interpreter.interpreter_builder
+    shared.options = dataclasses.replace(shared.options, sanitize_overflow=False)
     builder = interpreter.InterpreterBuilder
     originals = {"create_masked_load": builder.create_masked_load, "create_masked_store": builder.create_masked_store,
                  "create_dot": builder.create_dot, "create_fmul": builder.create_fmul,
