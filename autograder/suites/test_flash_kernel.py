@@ -167,7 +167,7 @@ def test_returns_output_and_logsumexp(student):
 
 
 def test_matches_attention(student):
-    compare(student, *inputs(2, 1, 64, 96, 16, seed=3), "2 batch elements, 64 queries, 96 keys, blocks of 16 and 32",
+    compare(student, *inputs(2, 1, 48, 64, 16, seed=3), "2 batch elements, 48 queries, 64 keys, blocks of 16 and 32",
             block_m=16, block_n=32, unchanged=True)
 
 
@@ -210,7 +210,7 @@ def test_large_scores_stay_finite(student):
     compare(student, *inputs(1, 1, 64, 48, 16, seed=10, scale=40.0), "queries scaled by 40",
             hint="Subtract the running maximum before tl.exp.")
     # Every score near -256: a running maximum must start at -inf, not 0, or exp(s - 0) underflows to 0.
-    q, k, v = inputs(1, 2, 40, 48, 16, seed=13)
+    q, k, v = inputs(1, 1, 32, 32, 16, seed=13)
     compare(student, -8.0 - 0.1 * q.abs(), 8.0 + 0.1 * k.abs(), v, "every score below -250",
             hint="Start the running maximum at -inf.", not_finite=CAUSES["m_zero"])
 
