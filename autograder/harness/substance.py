@@ -79,10 +79,9 @@ def attention_function(call, q, k, v, unnormalised=""):
     if not concentration(sharper) > 1.05 * concentration(weights):
         sums = _double(weights).sum(dim=-1)
         sums = sums[torch.isfinite(sums)]
-        checks.require(not sums.numel() or bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-2)),
-                       f"The weights' rows sum to between {float(sums.min()) if sums.numel() else 0:.3g} and "
-                       f"{float(sums.max()) if sums.numel() else 0:.3g}, not 1: they are not normalised, "
-                       f"{NOT_ATTENTION}.", unnormalised)
+        if sums.numel() and not bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-2)):
+            raise checks.Feedback(f"The weights' rows sum to between {float(sums.min()):.3g} and {float(sums.max()):.3g}, "
+                                  f"not 1: they are not normalised, {NOT_ATTENTION}.", unnormalised)
         raise checks.Feedback("The weights do not sharpen when the queries grow (queries scaled by 4 should move each "
                               f"row's weight towards its best-matching keys): they ignore the query-key scores, "
                               f"{NOT_ATTENTION}.")

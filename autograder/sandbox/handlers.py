@@ -30,10 +30,6 @@ from guard import GUARD
 REQUESTS = REPLIES = None  # this child's pipe ends, set by serve
 
 
-class DeviceUnavailable(Exception):
-    """The child could not open the device its kernels run on: the grader's problem, not the student's."""
-
-
 class CellTimeout(BaseException):
     """Raised inside student code when its time is up (BaseException: `except Exception` misses it)."""
 
@@ -396,14 +392,13 @@ def serve(requests, replies, unavailable=""):
             return
         if request.get("op") == "exit":
             return
-        try:
-            if unavailable:
-                raise DeviceUnavailable(unavailable)
-            reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
-        except DeviceUnavailable as error:
-            reply = {"ok": False, "error": {"type": "DeviceUnavailable", "message": str(error), "traceback": ""}}
-        except BaseException as error:  # noqa: B902
-            reply = {"ok": False, "error": describe_error(error)}
+        if unavailable:   # the grader's problem, not the student's (student.StudentProcess._unwrap)
+            reply = {"ok": False, "error": {"type": "DeviceUnavailable", "message": unavailable, "traceback": ""}}
+        else:
+            try:
+                reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
+            except BaseException as error:  # noqa: B902
+                reply = {"ok": False, "error": describe_error(error)}
         try:
             encoded = protocol.encode(reply)
         except protocol.Unsupported as problem:

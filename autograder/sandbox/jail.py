@@ -110,14 +110,17 @@ def _system_binds():
 GPU_SYS_FOLDERS = ("/sys/bus", "/sys/devices", "/sys/module/nvidia")
 
 
+def gpu_sys_folders():
+    """The /sys folders bound read-only beside the device files (none where no device file is)."""
+    return [folder for folder in GPU_SYS_FOLDERS if os.path.isdir(folder)] if gpu_device_files() else []
+
+
 def _gpu_binds():
     args = []
     for path in gpu_device_files():
         args += ["--dev-bind", path, path]
-    if args:
-        for folder in GPU_SYS_FOLDERS:
-            if os.path.isdir(folder):
-                args += ["--ro-bind", folder, folder]
+    for folder in gpu_sys_folders():
+        args += ["--ro-bind", folder, folder]
     return args
 
 
@@ -205,7 +208,7 @@ def probe():
     if reason:
         raise SandboxUnavailable(reason)
     devices = gpu_device_files()
-    if kernel_device() == "cuda" and not any(path.startswith("/dev/nvidiactl") for path in devices):
+    if kernel_device() == "cuda" and "/dev/nvidiactl" not in devices:
         raise SandboxUnavailable("AUTOGRADER_KERNEL_DEVICE=cuda, but /dev has no NVIDIA device files "
                                  "(/dev/nvidiactl, /dev/nvidia0, ...)")
     result = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", *_gpu_binds(), "true"],
@@ -214,6 +217,5 @@ def probe():
         raise SandboxUnavailable((result.stderr.strip().splitlines() or ["bwrap failed"])[-1])
     if not devices:
         return ""
-    folders = [folder for folder in GPU_SYS_FOLDERS if os.path.isdir(folder)]
     return (f"the sandbox binds the CUDA device's files {', '.join(devices)} (nothing else of /dev), and "
-            f"{', '.join(folders)} read-only")
+            f"{', '.join(gpu_sys_folders())} read-only")

@@ -44,8 +44,7 @@ def load():
     """Import Triton for the children to come (once).  Whether its interpreter runs the kernels was
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
     without it they are compiled for the CUDA device, and Triton's driver is left for each child to
-    make: asking it for the device here may initialise CUDA (through torch's device count), which
-    no forked child could then use (see cuda_untouched)."""
+    make (worker.fresh_child)."""
     global INTERPRETED
     if INTERPRETED is not None:
         return
@@ -56,16 +55,6 @@ def load():
     import triton.language  # noqa: F401
     if INTERPRETED:
         _install()
-
-
-def cuda_untouched():
-    """'' while this process has not initialised CUDA, else why the warm worker may not fork: CUDA
-    cannot be used again in a child forked after its parent initialised it ("Cannot re-initialize
-    CUDA in forked subprocess")."""
-    import torch
-    if torch.cuda.is_initialized():
-        return "the warm worker initialised CUDA, so the children it forks could not use the GPU"
-    return ""
 
 
 def open_device(memory_mb):

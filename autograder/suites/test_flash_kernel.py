@@ -187,7 +187,7 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 def test_strided_inputs(student):
     q, k, v = inputs(2, 2, 40, 40, 16, seed=7)
-    q, k, v = A.sequence_major(q), A.padded(k, extra=8), A.inside_wider(v, extra=16, seed=14)
+    q, k, v = A.sequence_major(q), A.padded(k, extra=8), A.padded(v, extra=16, seed=14)
     compare(student, q, k, v, "q laid out as [B, S, H, D] in memory, k's rows 24 and v's 32 elements apart",
             block_m=64, block_n=32, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 

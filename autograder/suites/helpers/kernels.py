@@ -20,20 +20,14 @@ def laid_out(x):
     return Strided(x)
 
 
-def padded(x, extra=16):
-    """x as a view into a larger tensor whose other elements are NaN: its last axis is followed by
-    `extra` NaN in memory, so a kernel that reads past a row's end (a missing mask, a wrong stride)
-    reads NaN instead of plausible numbers."""
-    storage = torch.full((*x.shape[:-1], x.shape[-1] + extra), math.nan, dtype=x.dtype)
-    storage[..., :x.shape[-1]] = x
-    return storage[..., :x.shape[-1]]
-
-
-def inside_wider(x, extra=16, seed=0):
-    """x as a view into a larger tensor whose other elements are ordinary numbers (random, finite): a
-    kernel that walks x with another tensor's strides reads plausible numbers, which the values show
-    and a recomputed mistake can name (NaN, as padded's, would make every such mistake look alike)."""
-    storage = randn(*x.shape[:-1], x.shape[-1] + extra, seed=seed).to(x.dtype)
+def padded(x, extra=16, seed=None):
+    """x as a view into a larger tensor: its last axis is followed by `extra` other elements in memory.
+    They are NaN, so a kernel that reads past a row's end (a missing mask, a wrong stride) reads NaN
+    instead of plausible numbers; or, with a seed, random finite numbers, so that a kernel walking x
+    with another tensor's strides reads plausible numbers, which a recomputed mistake can name (NaN
+    would make every such mistake look alike)."""
+    wider = (*x.shape[:-1], x.shape[-1] + extra)
+    storage = torch.full(wider, math.nan, dtype=x.dtype) if seed is None else randn(*wider, seed=seed).to(x.dtype)
     storage[..., :x.shape[-1]] = x
     return storage[..., :x.shape[-1]]
 
