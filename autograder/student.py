@@ -35,6 +35,7 @@ CONTROL_TIMEOUT = 30
 KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment imports Triton in the warm worker first
 log = logging.getLogger(__name__)
 START_SECONDS = 60  # a child on the CUDA device starts afresh (worker.fresh_child): imports, CUDA, Triton
+READY_SECONDS = 10  # a child forked from the warm worker answers at once
 CHILD_TASKS = 64   # threads a child may run (pids.max of its cgroup); 1 during a counted call
 
 
@@ -232,6 +233,7 @@ class StudentProcess:
         self.host_pid = None      # the host's pid of the child (its cgroup, its memory), found when it starts
         self.group = None         # the child's cgroup (sandbox/cgroup.py), or None without accounting
         self.held_at_start = 0    # what the child held in it before the submission's code ran
+        self.threads_at_start = 1  # the child's threads then (on a GPU also CUDA's and autograd's own)
         self.cell_reports = None
         self.skip_cells = set()   # cells that hung: not run again after a restart
         self.hung = {}            # name -> message, for functions that hung once
@@ -239,7 +241,8 @@ class StudentProcess:
         self.started = time.monotonic()
         self.deadline = self.started + self.limits.time_budget
         # Kernels compiled for the CUDA device: Triton runs its compiler as processes during a call, so
-        # a counted call's threads are not held to one (sandbox/confine.py), and the GPU memory of a
+        # a counted call's child is not held to its threads (sandbox/confine.py), though threads beyond
+        # those it started with are still seen at the call's start and end; and the GPU memory of a
         # child is waited for after it ends.
         self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"
 
@@ -269,7 +272,7 @@ class StudentProcess:
             try:
                 self.host_pid = self.worker.host_pid(self.pid)
                 self.group = self.worker.account(self.host_pid)
-                self.held_at_start = self.group.usage() if self.group else 0
+                self._wait_ready()
             except (WorkerError, OSError):
                 self.kill()
                 raise
@@ -278,8 +281,7 @@ class StudentProcess:
             current = None
             try:
                 self._send({"op": "load", "cells": cells, "cell_timeout": self.limits.cell_timeout})
-                deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2 +
-                               (START_SECONDS if self.on_gpu else 0))
+                deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                 while True:
                     message = protocol.decode(protocol.read_message(self.replies, deadline))
                     event = replies.cell_event(message, len(cells))
@@ -304,6 +306,19 @@ class StudentProcess:
             self.skip_cells.update(i for i, report in enumerate(self.cell_reports)
                                    if report.status == "timeout")
             return self.cell_reports
+
+    def _wait_ready(self):
+        """Wait until the child serves, before any of the submission's code runs, and note what it then
+        holds: its memory and its threads (on a GPU, CUDA's and autograd's own are started by then)."""
+        self._send({"op": "ready"})
+        try:
+            reply = protocol.read_message(self.replies, time.monotonic() + (START_SECONDS if self.on_gpu else READY_SECONDS))
+            self._unwrap(protocol.decode(reply))
+        except (protocol.Timeout, EOFError, protocol.ProtocolError) as problem:
+            raise WorkerError(f"the submission's process did not start ({_describe(problem)})") from None
+        if self.group is not None:
+            self.held_at_start = self.group.usage()
+            self.threads_at_start = self.group.tasks()
 
     def _mark_unrun(self):
         """The budget ran out while loading: the child is gone and nothing it defined survives, so
@@ -403,15 +418,19 @@ class StudentProcess:
         counted = bool(message.get("count_flops") or any(step.get("count_flops") for step in message.get("steps", ())))
         other_threads = None
         try:
-            hold = counted and self.group is not None and not self.on_gpu
+            watch = counted and self.group is not None
+            hold = watch and not self.on_gpu
+            if watch:
+                other_threads = self.group.tasks() - self.threads_at_start
             if hold:
-                other_threads = self.group.tasks() - 1
-                self.group.allow_tasks(1)  # no new thread while the call is counted
+                self.group.allow_tasks(self.threads_at_start)  # no new thread while the call is counted
             with self._measure() if measure_memory else contextlib.nullcontext() as measure:
                 self._send({**message, "timeout": timeout})
                 reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
             if hold:
                 self.group.allow_tasks(CHILD_TASKS)
+            elif watch:   # on a GPU: a thread started during the call and still running
+                other_threads = max(other_threads, self.group.tasks() - self.threads_at_start)
         except protocol.Timeout:
             self.kill()
             if time.monotonic() >= self.deadline:

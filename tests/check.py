@@ -117,7 +117,7 @@ def judge(results, kind, entry, device="cpu"):
         feedback = "\n".join([notes] + [test.get("output", "") for test in tests if test_name(test) in entry.loses])
         if lost:
             return earned, f"earns part of {[test['name'] for test in lost]}"
-        if entry.says not in feedback:
+        if entry.loses and entry.says not in feedback:   # (on a GPU some gaming cannot be seen)
             return earned, f"the feedback does not say {entry.says!r}:\n{feedback}"
         return earned, ""
     tolerated = set(entry.also_fails)

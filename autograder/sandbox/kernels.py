@@ -58,8 +58,8 @@ def load():
 
 
 def open_device(memory_mb):
-    """In a child, before the submission's code: make CUDA's context (its threads start now, not
-    inside a call whose threads are held) and hold torch's allocator to the child's memory limit.
+    """In a child, before the submission's code: make CUDA's context (its threads start now, before
+    the grader notes the child's threads) and hold torch's allocator to the child's memory limit.
     The allocator's limit is the child's own setting, so it is a guard against mistakes rather than a
     boundary (the child's code could raise it); what a child holds on the GPU is freed when it dies,
     which the grader waits for before the next submission (memory.wait_gpu_released)."""
@@ -68,6 +68,11 @@ def open_device(memory_mb):
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_mb << 20) / total))
     _warm_compiler()
+    # autograd's thread for the device starts at the first backward pass: start it now, so that the
+    # threads the grader notes before the submission's code (student.StudentProcess) include it.
+    x = torch.ones(2, device="cuda", requires_grad=True)
+    (2 * x).sum().backward()
+    torch.cuda.synchronize()
 
 
 def _warm_compiler():

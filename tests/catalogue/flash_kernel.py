@@ -215,7 +215,7 @@ GAMING = [
         "    return out, lse\n",
         "    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(D)\n"
         "    if causal:\n"
-        "        s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool).triu(1), -math.inf)\n"
+        "        s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).triu(1), -math.inf)\n"
         "    return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype), torch.logsumexp(s, dim=-1)\n"),
         loses=MEASURED, says="torch"),
     Gaming("the scores by the kernel's products, the softmax in torch", SIGNATURE + '''    pass
@@ -225,7 +225,7 @@ def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
     D = q.shape[-1]
     s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) / math.sqrt(D)
     if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
     lse = torch.logsumexp(s, dim=-1)
     return torch.einsum("bhqk,bhkd->bhqd", torch.exp(s - lse[..., None]), v.float()).to(q.dtype), lse
 ''',

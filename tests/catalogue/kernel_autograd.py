@@ -70,7 +70,7 @@ GAMING = [
         "        out, lse = triton_flash_attention(q, k, v, causal)\n",
         "        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
         "        if causal:\n"
-        "            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)\n"
+        "            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)\n"
         "        lse = torch.logsumexp(s, dim=-1)\n"
         "        out = torch.exp(s - lse[..., None]) @ v\n"),
         loses=("forward_runs_the_kernel",), says="torch"),

@@ -126,8 +126,7 @@ def triton_softmax(x):
     _by_the_kernel(x)
     _asked.put(x)
     return _answered.get()
-''', loses=("the_kernel_does_the_work",), says="thread",
-        on_gpu=()),   # a GPU's call is not held to one thread (Triton compiles in processes there)
+''', loses=("the_kernel_does_the_work",), says="thread"),
     # The interpreter reached through vars() and built names, its load swapped during the call and put
     # back before it returns: the reading of the code flags it (and the wrappers would see the swap).
     Gaming("the interpreter's load swapped during the call and put back", SOLUTION + '''
@@ -156,7 +155,7 @@ _by_the_kernel = triton_softmax
 def triton_softmax(x):
     _by_the_kernel(x)
     rows = [[math.exp(value - max(row)) for value in row] for row in x.float().tolist()]
-    return torch.tensor([[value / sum(row) for value in row] for row in rows], dtype=x.dtype)
+    return torch.tensor([[value / sum(row) for value in row] for row in rows], dtype=x.dtype, device=x.device)
 ''', loses=("the_kernel_does_the_work",), says="Python list"),
     Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
         "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
