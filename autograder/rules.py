@@ -63,7 +63,8 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "vars": "an object's attributes as a dictionary (a way around the names this reading checks)",
                   "attrgetter": "attributes by a name computed at run time"}
 # The worker's own modules, importable inside the sandbox (autograder/sandbox/).
-SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels", "cells")
+SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels", "gpu_compiler",
+                   "cells")
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.
 DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 

@@ -21,6 +21,10 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
                        tensor passed to the launch (the memory is not touched: the call fails with
                        OutOfBounds, which names the program and the operation)
 
+Before a kernel runs in the interpreter for the first time with given argument types and
+constants, gpu_compiler.py compiles it for a GPU (without one): a body that is not Triton's language
+stops the call with NotTriton.
+
 The wrappers are put in place before any submission's code runs; after a call `Tally.intact`
 says whether they are still the interpreter's operations and were never seen replaced: every
 wrapper, each time it runs, checks that the others are in place, so one swapped during a call and
@@ -97,6 +101,8 @@ def _install():
     import numpy as np
     from triton.runtime import interpreter
 
+    import gpu_compiler
+
     # The interpreter checks every int32 sum and product for overflow by default; a kernel compiled for
     # a GPU does not (outside Triton's debug mode). Without the check the kernels run as they would
     # there, and about a quarter faster.
@@ -107,6 +113,7 @@ def _install():
                  "create_dot": builder.create_dot, "create_fmul": builder.create_fmul,
                  "set_grid_idx": builder.set_grid_idx}
     launch = interpreter.GridExecutor.__call__
+    run = interpreter.InterpretedFunction.run
 
     def reach(self, ptrs, mask, what):
         """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor; the
@@ -179,6 +186,12 @@ def _install():
         finally:
             _STATE["ranges"] = outer
 
+    def interpreted_run(self, *args, grid, warmup, **kwargs):
+        watched()
+        if not warmup:
+            gpu_compiler.check(self, args, kwargs)   # the body must be Triton that a GPU compiles
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
     for name, wrapper in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
                           ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx)):
         wrapper.__name__ = wrapper.__qualname__ = name
@@ -187,6 +200,9 @@ def _install():
     grid_executor_call.__name__ = grid_executor_call.__qualname__ = "__call__"
     interpreter.GridExecutor.__call__ = grid_executor_call
     _WRAPPERS[(interpreter.GridExecutor, "__call__")] = grid_executor_call
+    interpreted_run.__name__ = interpreted_run.__qualname__ = "run"
+    interpreter.InterpretedFunction.run = interpreted_run
+    _WRAPPERS[(interpreter.InterpretedFunction, "run")] = interpreted_run
 
 
 def in_place():
