@@ -211,6 +211,47 @@ GAMING = [
         "        end = tl.minimum((tile + 1) * BLOCK_M, Sk)                          # are never visited\n",
         "    end = Sk if CAUSAL else 2 * Sk\n"),
         loses=("causal_skips_tiles_above_the_diagonal",), says=CAUSES_NO_SKIP, on_gpu=()),
+    # NumPy inside the kernel's body on the tiles the interpreter loaded (their .handle.data), the
+    # products of the algorithm computed beside it for the count: the GPU compiler refuses the body
+    # (sandbox/gpu_compiler.py), so no call of the kernel runs.
+    Gaming("NumPy on the loaded tiles inside the kernel's body, tl.dot for the count", "import numpy as np\n\n\n"
+           + SIGNATURE + '''    tile, head = tl.program_id(0), tl.program_id(1)
+    b, h = head // H, head % H
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + dims[None, :] * stride_qd,
+                mask=rows[:, None] < Sq, other=0.0)
+    keys, values = [], []
+    for start in range(0, Sk, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        k = tl.load(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_ks + dims[None, :] * stride_kd,
+                    mask=cols[:, None] < Sk, other=0.0)
+        v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vs + dims[None, :] * stride_vd,
+                    mask=cols[:, None] < Sk, other=0.0)
+        s = tl.dot(q, tl.trans(k))
+        tl.dot(s.to(v.dtype), v)
+        keys.append(k.handle.data.astype(np.float64))
+        values.append(v.handle.data.astype(np.float64))
+    n = int(np.asarray(getattr(Sk, "handle", Sk).data if hasattr(Sk, "handle") else Sk).item())
+    kk, vv = np.concatenate(keys)[:n], np.concatenate(values)[:n]
+    scores = q.handle.data.astype(np.float64) @ kk.T * float(np.asarray(scale.handle.data if hasattr(scale, "handle")
+                                                                         else scale).item())
+    if CAUSAL:
+        scores = np.where(np.arange(n)[None, :] > np.asarray(rows.handle.data)[:, None], -np.inf, scores)
+    top = scores.max(axis=1, keepdims=True)
+    weights = np.exp(scores - top)
+    total = weights.sum(axis=1, keepdims=True)
+    o = tl.zeros([BLOCK_M, D], tl.float32)
+    o.handle.data = (weights @ vv / total).astype(np.float32)
+    lse = tl.zeros([BLOCK_M], tl.float32)
+    lse.handle.data = (top + np.log(total))[:, 0].astype(np.float32)
+    tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + dims[None, :] * stride_od,
+             o, mask=rows[:, None] < Sq)
+    tl.store(Lse + head * Sq + rows, lse, mask=rows < Sq)
+
+
+''' + SOLUTION[SOLUTION.index("def triton_flash_attention"):], loses=VALUES + MEASURED + ("returns_output_and_logsumexp",),
+        says="not Triton that a GPU compiles"),
     Gaming("attention in torch, the kernel launched for show", SOLUTION.replace(
         "    return out, lse\n",
         "    s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(D)\n"

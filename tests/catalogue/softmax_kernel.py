@@ -8,6 +8,9 @@ from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mist
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["softmax_kernel"]
+# Every test that launches the kernel (all but the gate that reads what the answer computes).
+KERNEL_CALLS = ("returns_the_shape_and_dtype", "matches_softmax", "columns_not_a_power_of_two", "rows_with_a_stride",
+                "keeps_float16", "survives_large_scores", "the_kernel_does_the_work")
 changed = partial(edited, SOLUTION)
 UNEVEN = ("columns_not_a_power_of_two",)
 LOAD = 'x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=-float("inf")).to(tl.float32)'
@@ -102,6 +105,23 @@ DEGENERATES = [
 
 
 GAMING = [
+    # NumPy inside the kernel's body, on the row the interpreter loaded (its .handle.data): Triton's
+    # interpreter runs a body as Python, the GPU compiler refuses it (sandbox/gpu_compiler.py).
+    Gaming("NumPy on the loaded row inside the kernel's body", '''import numpy as np
+
+
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=-float("inf")).to(tl.float32)
+    e = np.exp(x.handle.data - x.handle.data.max())
+    x.handle.data = (e / e.sum()).astype(np.float32)
+    tl.store(out_ptr + row * out_row_stride + cols, x, mask=inside)
+
+
+''' + SOLUTION[SOLUTION.index("def triton_softmax"):], loses=KERNEL_CALLS, says="not Triton that a GPU compiles"),
     # The thread is started when the cell runs, before any counted call: torch's count does not see
     # another thread's work, and the grader holds the call itself to one thread.
     Gaming("torch's softmax in a thread started when the cell ran, a kernel launched for show", SOLUTION + '''

@@ -63,6 +63,9 @@ TRITON_CRASHES = [
                                       "compute the pointers from the strides (with masks), or use "
                                       "tl.make_tensor_descriptor"),
     (("trans_a", "trans_b"), "tl.dot takes no trans_a or trans_b since Triton 2.1: pass tl.trans(b)"),
+    (("CompilationError",), "Triton could not compile the kernel for the GPU: its body is not Triton that a GPU "
+                            "compiles (NumPy, Python lists or torch inside it, or a tl operation given what it "
+                            "does not take); the compiler's words above name the line"),
 ]
 NOT_THE_KERNEL = ("The work must be your kernel's: launch it from the function, and compute inside it (tl.dot, "
                   "tl.exp, tl.sum): torch may allocate the outputs, but not compute the answer.")
