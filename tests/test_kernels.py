@@ -2,6 +2,9 @@
 kernels, the loads and stores it stops, and tensors sent with their layout in memory."""
 
 import json
+import re
+import warnings
+from importlib.metadata import version
 
 import pytest
 import torch
@@ -113,6 +116,8 @@ def test_a_strided_tensor_that_reaches_past_its_memory_is_refused():
 
 
 KERNEL_ASSIGNMENTS = [assignment for assignment in COURSE.assignments if assignment.kernels]
+# The Triton whose interpreter grades where there is no GPU (requirements.txt).
+PINNED_TRITON = re.search(r"^triton==([\w.]+)", (ROOT / "requirements.txt").read_text(), re.M).group(1)
 
 
 def kernel_exercises():
@@ -137,9 +142,13 @@ def test_the_kernel_track_grades_on_the_gpu_as_the_catalogue_says(tmp_path, monk
     variants, degenerate answers, gaming answers) grades on the GPU as the catalogue says, with the
     differences its entries state (on_gpu: what only the interpreter can count or stop)."""
     problems = device_problems(grade_kernel_track(tmp_path / "cuda", "cuda", monkeypatch), kernel_exercises(), "cuda")
-    reference = grade_kernel_track(tmp_path / "cpu", "cpu", monkeypatch, catalogue=False)
-    problems += [f"in the interpreter: {problem}"
-                 for problem in device_problems(reference, kernel_exercises(), "cpu", catalogue=False)]
+    if version("triton") == PINNED_TRITON:
+        reference = grade_kernel_track(tmp_path / "cpu", "cpu", monkeypatch, catalogue=False)
+        problems += [f"in the interpreter: {problem}"
+                     for problem in device_problems(reference, kernel_exercises(), "cpu", catalogue=False)]
+    else:   # the interpreter of another Triton is not the one the course grades with
+        warnings.warn(f"Triton {version('triton')} here, not the course's {PINNED_TRITON}: the reference was not "
+                      "graded in its interpreter (only on the GPU)")
     assert not problems, "\n".join(problems)
 
 

@@ -29,7 +29,7 @@ def differs(first, second):
     if first.shape != second.shape:
         return True
     both = torch.isfinite(first) & torch.isfinite(second)
-    return not bool(torch.allclose(first[both], second[both], **checks.TOLERANCES[torch.float32]))
+    return not bool(torch.allclose(first[both], second[both], **checks.tolerance(torch.float32)))
 
 
 def finite(value, what):

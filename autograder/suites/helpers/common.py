@@ -37,7 +37,7 @@ def crash_hint(hint, when=SHAPE_ERRORS):
         if error.kind == "NotImplementedError":
             raise
         for signs, cause in causes:
-            if any(sign in error.message for sign in signs):
+            if any(sign in f"{error.kind}: {error.message}" for sign in signs):   # a sign may be the error's type
                 cause = cause() if callable(cause) else cause
                 raise Feedback(student_message(error), f"Likely cause: {cause}" if cause else "") from None
         raise
