@@ -17,6 +17,7 @@ the fork server and the scratch space.
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -192,6 +193,10 @@ def zygote(control):
                     os.close(fd)
                 control.send(json.dumps({"error": problem}).encode())
                 continue
+            # What the worker has loaded (torch, Triton) moves out of the collector's sight: a child's
+            # collections would otherwise touch every object's page and copy it, charging the child
+            # for memory its parent made.
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 if ON_GPU and order.get("kernels"):

@@ -36,6 +36,8 @@ CAUSES = {
     "v_strides": "V's elements addressed with K's strides: V has its own layout (pass and use *v.stride())",
     "grid": "a grid other than the statement's (cdiv(Sq, BLOCK_M), B * H): some query tiles or heads get no "
             "program (a grid from BLOCK_N, or over H instead of B * H)",
+    "swapped_ids": "tl.program_id(0) and tl.program_id(1) swapped: axis 0 of the grid counts query tiles and axis 1 "
+                   "heads (b * H + h), so tile = tl.program_id(0) and head = tl.program_id(1)",
     "no_division": "the output not divided by l after the last key tile (out = acc / l): acc holds the weights' "
                    "numerators only",
     "m_zero": "a running maximum that starts at 0 instead of -inf: where every score of a row lies far below 0, "
@@ -119,7 +121,8 @@ def named_mistakes(q, k, v, causal, block_m, block_n, index):
 
 def check_grid(out, want, what, block_m, block_n):
     """Name the grid when out is right only for the rows a wrong grid reaches: the query tiles of a grid
-    counted in BLOCK_N tiles, or the heads of the first batch element (a grid over H)."""
+    counted in BLOCK_N tiles, or the heads of the first batch element (a grid over H); or the rows that
+    programs with their two ids swapped reach (head from axis 0, tile from axis 1 of the statement's grid)."""
     right = torch.isclose(out.double(), want.double(), **checks.tolerance(out.dtype)).all(dim=-1)   # [B, H, Sq]
     if right.all() or not right.any():
         return
@@ -129,6 +132,13 @@ def check_grid(out, want, what, block_m, block_n):
     if by_block_n or over_h:
         raise checks.Feedback(f"out ({what}): right for {'the first query tiles' if by_block_n else 'the first batch element'}"
                               " only, the rest never written.", CAUSES["grid"])
+    batch, heads, sq = out.shape[:3]
+    tiles = math.ceil(sq / block_m)
+    swapped = torch.zeros(batch * heads, sq, dtype=torch.bool)     # head < tiles, tile < B * H: rows written
+    swapped[:tiles, :min(sq, batch * heads * block_m)] = True
+    if torch.equal(right.reshape(batch * heads, sq), swapped):
+        raise checks.Feedback(f"out ({what}): right for the first {min(tiles, batch * heads)} head(s) only, the rest "
+                              "never written.", CAUSES["swapped_ids"])
 
 
 def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=STATEMENT, lse_too=False,
@@ -161,7 +171,10 @@ def test_computes_attention(student):
     One tile of 32 holds every key here."""
     def call(q, k, v):
         eye = torch.eye(32).expand(1, 2, 32, 32).contiguous()
-        return flash(student, q, k, v, False, 32, 32)[0], flash(student, q, k, eye, False, 32, 32)[0]
+        out, weights = flash(student, q, k, v, False, 32, 32)[0], flash(student, q, k, eye, False, 32, 32)[0]
+        if out.shape == q.shape:
+            check_grid(out, A.attention_lse(q, k, v)[0], "one tile of queries and keys, 2 heads", 32, 32)
+        return out, weights
     substance.attention_function(call, *A.kernel_qkv(1, 2, 32, 32, 32, seed=1), unnormalised=CAUSES["no_division"])
 
 

@@ -81,6 +81,10 @@ MISTAKES = [
     Mistake("a grid over the heads of one batch element (H instead of B * H)", "grid",
             fails=("matches_attention", "strided_inputs"),
             code=changed("grid = (triton.cdiv(Sq, block_m), B * H)", "grid = (triton.cdiv(Sq, block_m), H)")),
+    # Every program computes its rows right, but the rows of most heads are never written: the gate names it.
+    Mistake("the two program ids swapped (the head from axis 0, the tile from axis 1)", "swapped_ids",
+            fails=VALUES + MEASURED,
+            code=changed("tile, head = tl.program_id(0), tl.program_id(1)", "head, tile = tl.program_id(0), tl.program_id(1)")),
     Mistake("the running maximum started at 0", "m_zero",
             fails=("large_scores_stay_finite",),
             code=changed('m = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m = tl.zeros([BLOCK_M], tl.float32)")),
