@@ -41,6 +41,16 @@ def double(x, masked=True, block=16):
 
 def strides(x):
     return list(x.stride()), x.is_contiguous()
+
+
+def copied(x):
+    return double(x).clone()
+
+
+def half_stored(x):
+    out = torch.zeros_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), 16),)](x, out, x.numel() // 2, BLOCK=16, MASKED=True)
+    return out, double(x)
 '''
 
 
@@ -68,6 +78,14 @@ def test_a_kernel_runs_in_the_interpreter_and_its_work_is_counted(student):
     assert tally["addressed"] == 40 and tally["distinct"] == 40      # lanes a mask turns off read nothing
     assert tally["flops"] == 2 * 3 * 16                                # the element-wise multiply, 2 per element
     assert reply["flops"] == 0 and reply["exponentials"] == 0         # torch did none of it
+
+
+def test_what_a_call_returns_is_checked_against_what_its_kernels_stored(student):
+    x = torch.arange(40, dtype=torch.float32)
+    assert student.call("double", x, count_kernels=True)["kernels"]["output_stored"] == 1.0
+    assert student.call("copied", x, count_kernels=True)["kernels"]["output_stored"] == 0.0   # a copy made after
+    reply = student.call("half_stored", x, count_kernels=True)          # 20 + 40 of the 80 returned elements
+    assert reply["kernels"]["output_stored"] == 0.75 and torch.equal(reply["output"][1], 2 * x)
 
 
 def test_a_load_past_the_end_stops_the_kernel_and_names_the_program(student):

@@ -79,7 +79,10 @@ def _convolution(args, out):
 # Exponentials: a softmax's own work.  A counted call reports how many of these torch ran (a kernel
 # assignment's call must leave its softmax to its kernel).
 EXPONENTIALS = {aten.exp, aten.exp_, aten.exp2, aten.exp2_, aten.expm1, aten._softmax, aten._log_softmax,
-                aten.logsumexp, aten._safe_softmax, aten.softmax, aten.log_softmax}
+                aten.logsumexp, aten._safe_softmax, aten.softmax, aten.log_softmax, aten.sigmoid, aten.sigmoid_,
+                aten.tanh, aten.tanh_}
+# A number raised to a tensor (math.e ** x, torch.pow(2, x)) is an exponential by another name.
+EXPONENTIAL_OVERLOADS = {aten.pow.Scalar, aten.float_power.Scalar}
 
 
 class NotCountable(RuntimeError):
@@ -99,7 +102,7 @@ def _make():
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func.overloadpacket in EXPONENTIALS:
+            if func.overloadpacket in EXPONENTIALS or func in EXPONENTIAL_OVERLOADS:
                 exponentials[0] += 1
             cost = COSTS.get(func.overloadpacket)
             if cost is not None:

@@ -211,6 +211,11 @@ def moved(value, device):
     return value
 
 
+def kernels_interpreted():
+    import kernels
+    return bool(kernels.INTERPRETED)
+
+
 def kernel_tally(wanted):
     """What the call's Triton kernels did (kernels.py) when wanted, else a context that does nothing."""
     if not wanted:
@@ -240,6 +245,8 @@ def call(request):
     if request.get("count_flops"):
         counted(reply, count)
     if request.get("count_kernels"):
+        if kernels_interpreted():
+            tally.note_output(output)
         reply["kernels"] = tally.as_reply()
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)

@@ -17,7 +17,10 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
                        loaded many times counts once
   flops                tl.dot as 2 * M * N * K, an element-wise multiply as 2 per element (the
                        multiply and the add of the sum it feeds), as counter.py counts torch's
-  out_of_bounds        the first tl.load or tl.store whose unmasked lanes reach outside every
+  output_stored        the share of the elements the call returned that a kernel stored during it
+                       (Tally.note_output): an answer made before the call or copied after it is not
+                       the kernel's
+  out_of_bounds        the first tl.load, tl.store or atomic whose unmasked lanes reach outside every
                        tensor passed to the launch (the memory is not touched: the call fails with
                        OutOfBounds, which names the program and the operation)
 
@@ -36,7 +39,7 @@ import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-          "program": (0, 0, 0), "read": [], "replaced": False}
+          "program": (0, 0, 0), "read": [], "written": [], "replaced": False}
 _WRAPPERS = {}
 
 
@@ -111,7 +114,8 @@ def _install():
     builder = interpreter.InterpreterBuilder
     originals = {"create_masked_load": builder.create_masked_load, "create_masked_store": builder.create_masked_store,
                  "create_dot": builder.create_dot, "create_fmul": builder.create_fmul,
-                 "set_grid_idx": builder.set_grid_idx}
+                 "set_grid_idx": builder.set_grid_idx, "create_atomic_rmw": builder.create_atomic_rmw,
+                 "create_atomic_cas": builder.create_atomic_cas}
     launch = interpreter.GridExecutor.__call__
     run = interpreter.InterpretedFunction.run
 
@@ -145,8 +149,25 @@ def _install():
 
     def create_masked_store(self, ptrs, value, mask, *rest):
         watched()
-        reach(self, ptrs, mask, "tl.store")
+        lanes = reach(self, ptrs, mask, "tl.store")
+        if _STATE["counting"]:
+            _STATE["written"].append(lanes)
         return originals["create_masked_store"](self, ptrs, value, mask, *rest)
+
+    # Atomic operations read and write memory too: held to the same bounds, their writes noted.
+    def create_atomic_rmw(self, operation, ptrs, value, mask, *rest):
+        watched()
+        lanes = reach(self, ptrs, mask, "an atomic operation")
+        if _STATE["counting"]:
+            _STATE["written"].append(lanes)
+        return originals["create_atomic_rmw"](self, operation, ptrs, value, mask, *rest)
+
+    def create_atomic_cas(self, ptrs, compare, value, *rest):
+        watched()
+        lanes = reach(self, ptrs, None, "tl.atomic_cas")
+        if _STATE["counting"]:
+            _STATE["written"].append(lanes)
+        return originals["create_atomic_cas"](self, ptrs, compare, value, *rest)
 
     def create_dot(self, a, b, d, *rest):
         watched()
@@ -193,7 +214,8 @@ def _install():
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     for name, wrapper in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
-                          ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx)):
+                          ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx),
+                          ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas)):
         wrapper.__name__ = wrapper.__qualname__ = name
         setattr(builder, name, wrapper)
         _WRAPPERS[(builder, name)] = wrapper
@@ -231,7 +253,7 @@ class Tally:
 
     def __enter__(self):
         self.start = {name: _STATE[name] for name in self.FIELDS}
-        _STATE["read"] = []
+        _STATE["read"], _STATE["written"] = [], []
         _STATE["counting"] = True
         return self
 
@@ -239,11 +261,33 @@ class Tally:
         import numpy as np
         _STATE["counting"] = False
         self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
-        read = _STATE["read"]
+        read, written = _STATE["read"], _STATE["written"]
         self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
-        _STATE["read"] = []
+        self.written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
+        _STATE["read"], _STATE["written"] = [], []
         self.intact = intact()
+        self.output_stored = None
         return False
 
+    def note_output(self, output):
+        """output_stored: the share of the elements of the tensors the call returned (a tensor, or a
+        tuple or list of them) that a kernel stored during the call; None when it returned none."""
+        import numpy as np
+        import torch
+        tensors = [output] if isinstance(output, torch.Tensor) else \
+            [item for item in output if isinstance(item, torch.Tensor)] if isinstance(output, (tuple, list)) else []
+        stored = total = 0
+        for tensor in tensors:
+            if tensor.device.type != "cpu" or tensor.numel() == 0:
+                continue
+            storage = tensor.untyped_storage()
+            index = torch.as_strided(torch.arange(storage.nbytes() // tensor.element_size()), tensor.shape,
+                                     tensor.stride(), tensor.storage_offset())
+            where = np.uint64(storage.data_ptr()) + index.numpy().astype(np.uint64).ravel() * np.uint64(tensor.element_size())
+            stored += int(np.isin(where, self.written).sum())
+            total += where.size
+        self.output_stored = stored / total if total else None
+
     def as_reply(self):
-        return {**self.counts, "intact": bool(self.intact), "interpreted": bool(INTERPRETED)}
+        return {**self.counts, "intact": bool(self.intact), "interpreted": bool(INTERPRETED),
+                "output_stored": self.output_stored}

@@ -177,6 +177,18 @@ def triton_softmax(x):
     rows = [[math.exp(value - max(row)) for value in row] for row in x.float().tolist()]
     return torch.tensor([[value / sum(row) for value in row] for row in rows], dtype=x.dtype, device=x.device)
 ''', loses=("the_kernel_does_the_work",), says="Python list"),
+    # A number raised to a tensor is an exponential the count reads as one (counter.py); and what is
+    # returned is not what the kernel stored (kernels.py's output_stored).
+    Gaming("the softmax from math.e ** x in torch, the kernel run for show", SOLUTION + '''
+
+_by_the_kernel = triton_softmax
+
+
+def triton_softmax(x):
+    _by_the_kernel(x)
+    e = math.e ** (x.float() - x.float().amax(dim=-1, keepdim=True))
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+''', loses=("the_kernel_does_the_work",), says="exponential"),
     Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
         "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
         loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),

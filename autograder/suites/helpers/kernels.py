@@ -91,9 +91,10 @@ NOT_THE_KERNEL = ("The work must be your kernel's: launch it from the function, 
 def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=None):
     """The call's kernels did the work: a kernel ran (and, in Triton's interpreter, its products reached
     `least_flops`, its loads read at least `least_addressed` distinct elements, and it ran the
-    statement's grid of `programs` programs), and torch computed no exponential and almost no products
-    (allocation, a scale of the inputs and copies are allowed).  Every count must have stayed whole,
-    and no thread the notebook started may run beside the call (its work would not be counted)."""
+    statement's grid of `programs` programs, and what the call returned is memory its kernels stored
+    during it), and torch computed no exponential and almost no products (allocation, a scale of the
+    inputs and copies of them are allowed).  Every count must have stayed whole, and no thread the
+    notebook started may run beside the call (its work would not be counted)."""
     tally = reply.get("kernels") or {}
     if not tally.get("intact", False) or not reply.get("count_intact", False):
         raise Feedback(f"The count of what {what} did was switched off or changed while it ran.",
@@ -113,5 +114,10 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=No
     if tally["interpreted"] and tally["distinct"] < least_addressed:
         raise Feedback(f"{what}'s kernels read {tally['distinct']:,} distinct elements (lanes a mask turns off read "
                        f"nothing), fewer than the {least_addressed:,} of its inputs.", NOT_THE_KERNEL)
+    stored = tally.get("output_stored")
+    if tally["interpreted"] and stored is not None and stored < 1.0:
+        raise Feedback(f"{1 - stored:.0%} of what {what} returned is memory its kernels did not store during the call.",
+                       "Return the tensors your kernel stores into (allocate them, pass them to the launch, return "
+                       "them): an answer kept from an earlier call, or copied after the kernel ran, is not its work.")
     if tally["interpreted"] and programs is not None and tally["programs"] != programs:
         raise Feedback(f"{what} ran {tally['programs']:,} programs; the statement's grid has {programs:,}.", GRID)
