@@ -29,7 +29,9 @@ INTERNAL_MODULES = {"gc": "the garbage collector", "ctypes": "raw memory access"
                     "importlib": "re-importing modules", "inspect": "introspection of other code",
                     "_ctypes": "raw memory access", "builtins": "the interpreter's built-ins",
                     "triton.runtime": "Triton's launcher and interpreter (the grader counts a kernel's work there)",
-                    "triton._C": "Triton internals"}
+                    "triton._C": "Triton internals",
+                    "triton.compiler": "Triton's compiler (the grader checks a kernel's body with it)",
+                    "triton.backends": "Triton's compiler (the grader checks a kernel's body with it)"}
 # Attributes that reach torch internals, the guard, or what a function keeps hidden.
 INTERNAL_ATTRIBUTES = {
     "_C": "torch internals (torch._C)", "ops": "torch's operator namespace (torch.ops)",
@@ -45,6 +47,8 @@ INTERNAL_ATTRIBUTES = {
     "InterpreterBuilder": "Triton's interpreter (the grader counts a kernel's work there)",
     "interpreter_builder": "Triton's interpreter (the grader counts a kernel's work there)",
     "GridExecutor": "Triton's interpreter (the grader counts a kernel's work there)", "get_objects": "the garbage collector",
+    "code_generator": "Triton's compiler (the grader checks a kernel's body with it)",
+    "CodeGenerator": "Triton's compiler (the grader checks a kernel's body with it)",
     "get_referrers": "the garbage collector", "get_referents": "the garbage collector",
     "_destroy": "torch's operator registry", "_library": "the grader's guard", "_refuse": "the grader's guard",
     "GUARD": "the grader's guard", "_python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",

@@ -11,6 +11,7 @@ import sys
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
+from autograder.scoring import NOT_COUNTED, NOT_RUN, SAME_AS_GATE
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import STUDENTS, SUBMITTED, build
@@ -80,6 +81,24 @@ def test_reference_answers_pass_every_hidden_test(graded, assignment):
     failed = [(test["name"], test["output"]) for test in result["tests"] if test["score"] != test["max_score"]]
     assert failed == []
     assert result["score"] == result["max_score"] == COURSE.assignment(assignment).max_score
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_release_gets_zero(graded, assignment):
+    """ben_untouched hands in every released notebook as it is: nothing scores, each stub is named once,
+    in its exercise's note, and its tests point there ("not run" when the stub raises as its cell runs,
+    "not counted" or "see the note" when its gate names it)."""
+    out, _, _, _ = graded
+    result = json.loads((out / "results" / "ben_untouched" / assignment / "results.json").read_text())
+    assert result["score"] == 0 and result["max_score"] > 0
+    notes = {part.split(": ", 1)[0]: part for part in result["output"].split("\n\n")[1:]}
+    for test in result["tests"]:
+        exercise = test["name"].split(":")[0]
+        # (once as the error raised; the traceback may also quote the cell's line that raises it)
+        raised = [line for line in notes[exercise].splitlines() if "NotImplementedError" in line
+                  and not line.strip().startswith("raise ")]
+        assert len(raised) == 1, notes[exercise]
+        assert test["output"].startswith((NOT_RUN, NOT_COUNTED, SAME_AS_GATE)), test
 
 
 def test_scores_are_as_expected(graded):
