@@ -6,8 +6,8 @@ loaded, keep Python lists, or run anything else, none of which a GPU compiles.  
 runs for the first time with given argument types and constants (one specialization, as Triton
 compiles a kernel once for each), `check()` compiles it the way Triton would for an NVIDIA GPU
 (compute capability 9.0) without needing one: Triton's own front end turns the body into its IR
-(ttir) and its GPU passes lay it out (ttgir).  A body that is not Triton's language stops the call
-with NotTriton, which names the kernel, the line and the compiler's words.
+(ttir), which is where a body that is not Triton's language is refused: the call stops with
+NotTriton, which names the kernel, the line and the compiler's words.
 
 Triton under TRITON_INTERPRET=1 makes every @triton.jit function (Triton's own library's too) an
 interpreter object; the compiler needs them as JIT functions.  `twin` makes one for each, over the
@@ -30,7 +30,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 TARGET = GPUTarget("cuda", 90, 32)   # an H100's compute capability and warp size
-STAGES = ("ttir", "ttgir")           # Triton's front end, then its layout for the GPU
+STAGES = ("ttir",)                   # Triton's front end (its GPU layout, ttgir, would triple the cost)
 BACKEND = make_backend(TARGET)
 _CHECKED = {}                        # specialization -> the NotTriton message, or "" when it compiled
 _TWINS = {}
