@@ -43,6 +43,17 @@ def strides(x):
     return list(x.stride()), x.is_contiguous()
 
 
+@triton.jit
+def add_kernel(dst, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.atomic_add(dst + offsets, 1.0, mask=offsets < n)
+
+
+def atomically_added(x, n):
+    add_kernel[(1,)](x, n, BLOCK=32)
+    return x
+
+
 def copied(x):
     return double(x).clone()
 
@@ -93,6 +104,14 @@ def test_a_load_past_the_end_stops_the_kernel_and_names_the_program(student):
         student.call("double", torch.ones(40), False)
     assert "OutOfBounds" in raised.value.message and "program (2, 0, 0)" in raised.value.message
     assert "tl.load" in raised.value.message
+
+
+def test_an_atomic_is_held_to_the_launchs_tensors_and_counted_as_stored(student):
+    reply = student.call("atomically_added", torch.zeros(32), 32, count_kernels=True)
+    assert torch.equal(reply["output"], torch.ones(32)) and reply["kernels"]["output_stored"] == 1.0
+    with pytest.raises(StudentError) as raised:       # 32 lanes on a tensor of 20: no mask covers the rest
+        student.call("atomically_added", torch.zeros(20), 32)
+    assert "OutOfBounds" in raised.value.message and "atomic" in raised.value.message
 
 
 def test_the_whole_tensor_is_in_bounds(student):

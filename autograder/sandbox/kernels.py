@@ -147,26 +147,24 @@ def _install():
             _STATE["read"].append(lanes)
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
+    def write(self, ptrs, mask, what):
+        """A store's or atomic's unmasked lanes: held to the launch's tensors, and noted while counting."""
         watched()
-        lanes = reach(self, ptrs, mask, "tl.store")
+        lanes = reach(self, ptrs, mask, what)
         if _STATE["counting"]:
             _STATE["written"].append(lanes)
+
+    def create_masked_store(self, ptrs, value, mask, *rest):
+        write(self, ptrs, mask, "tl.store")
         return originals["create_masked_store"](self, ptrs, value, mask, *rest)
 
     # Atomic operations read and write memory too: held to the same bounds, their writes noted.
     def create_atomic_rmw(self, operation, ptrs, value, mask, *rest):
-        watched()
-        lanes = reach(self, ptrs, mask, "an atomic operation")
-        if _STATE["counting"]:
-            _STATE["written"].append(lanes)
+        write(self, ptrs, mask, "an atomic operation")
         return originals["create_atomic_rmw"](self, operation, ptrs, value, mask, *rest)
 
     def create_atomic_cas(self, ptrs, compare, value, *rest):
-        watched()
-        lanes = reach(self, ptrs, None, "tl.atomic_cas")
-        if _STATE["counting"]:
-            _STATE["written"].append(lanes)
+        write(self, ptrs, None, "tl.atomic_cas")
         return originals["create_atomic_cas"](self, ptrs, compare, value, *rest)
 
     def create_dot(self, a, b, d, *rest):
