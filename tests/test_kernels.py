@@ -54,6 +54,20 @@ def atomically_added(x, n):
     return x
 
 
+@triton.jit
+def square_kernel(src, dst, BLOCK: tl.constexpr, KEEP: tl.constexpr):
+    tile = tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    x = tl.load(src + tile)
+    product = tl.dot(x, x)
+    tl.store(dst + tile, product if KEEP else x + 1.0)
+
+
+def squared(x, keep):
+    out = torch.empty_like(x)
+    square_kernel[(1,)](x, out, BLOCK=16, KEEP=keep)
+    return out
+
+
 def copied(x):
     return double(x).clone()
 
@@ -89,6 +103,16 @@ def test_a_kernel_runs_in_the_interpreter_and_its_work_is_counted(student):
     assert tally["addressed"] == 40 and tally["distinct"] == 40      # lanes a mask turns off read nothing
     assert tally["flops"] == 2 * 3 * 16                                # the element-wise multiply, 2 per element
     assert reply["flops"] == 0 and reply["exponentials"] == 0         # torch did none of it
+
+
+def test_products_count_only_when_their_results_reach_a_store(student):
+    x = torch.randn(16, 16)
+    kept = student.call("squared", x, True, count_kernels=True)
+    assert torch.allclose(kept["output"], x @ x, atol=1e-4)
+    assert kept["kernels"]["flops"] == kept["kernels"]["flops_made"] == 2 * 16 ** 3
+    thrown_away = student.call("squared", x, False, count_kernels=True)     # the tl.dot made, never stored
+    assert torch.equal(thrown_away["output"], x + 1.0)
+    assert thrown_away["kernels"]["flops_made"] == 2 * 16 ** 3 and thrown_away["kernels"]["flops"] == 0
 
 
 def test_what_a_call_returns_is_checked_against_what_its_kernels_stored(student):

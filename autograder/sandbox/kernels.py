@@ -15,8 +15,10 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
                        nothing and are not counted either)
   distinct             the distinct elements those lanes read, over the whole call: one element
                        loaded many times counts once
-  flops                tl.dot as 2 * M * N * K, an element-wise multiply as 2 per element (the
-                       multiply and the add of the sum it feeds), as counter.py counts torch's
+  flops                the products whose results reached a store (tl.store or an atomic took a value
+                       computed from them): tl.dot as 2 * M * N * K, an element-wise multiply or
+                       tl.fma as 2 per element (as counter.py counts torch's); flops_made: every
+                       product made, stored or not
   output_stored        the share of the elements the call returned that a kernel stored during it
                        (Tally.note_output): an answer made before the call or copied after it is not
                        the kernel's
@@ -39,7 +41,9 @@ import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-          "program": (0, 0, 0), "read": [], "written": [], "replaced": False}
+          "program": (0, 0, 0), "read": [], "written": [], "replaced": False,
+          "products": {}, "stored_products": set()}
+_NONE = frozenset()
 _WRAPPERS = {}
 
 
@@ -113,7 +117,7 @@ def _install():
     shared.options = dataclasses.replace(shared.options, sanitize_overflow=False)
     builder = interpreter.InterpreterBuilder
     originals = {"create_masked_load": builder.create_masked_load, "create_masked_store": builder.create_masked_store,
-                 "create_dot": builder.create_dot, "create_fmul": builder.create_fmul,
+                 "create_dot": builder.create_dot, "create_fmul": builder.create_fmul, "create_fma": builder.create_fma,
                  "set_grid_idx": builder.set_grid_idx, "create_atomic_rmw": builder.create_atomic_rmw,
                  "create_atomic_cas": builder.create_atomic_cas}
     launch = interpreter.GridExecutor.__call__
@@ -147,40 +151,57 @@ def _install():
             _STATE["read"].append(lanes)
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
-    def write(self, ptrs, mask, what):
-        """A store's or atomic's unmasked lanes: held to the launch's tensors, and noted while counting."""
+    def write(self, ptrs, value, mask, what):
+        """A store's or atomic's unmasked lanes: held to the launch's tensors, and noted while counting
+        (with the products whose results the stored value carries)."""
         watched()
         lanes = reach(self, ptrs, mask, what)
         if _STATE["counting"]:
             _STATE["written"].append(lanes)
+            _STATE["stored_products"] |= carried(value)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
-        write(self, ptrs, mask, "tl.store")
+        write(self, ptrs, value, mask, "tl.store")
         return originals["create_masked_store"](self, ptrs, value, mask, *rest)
 
     # Atomic operations read and write memory too: held to the same bounds, their writes noted.
     def create_atomic_rmw(self, operation, ptrs, value, mask, *rest):
-        write(self, ptrs, mask, "an atomic operation")
+        write(self, ptrs, value, mask, "an atomic operation")
         return originals["create_atomic_rmw"](self, operation, ptrs, value, mask, *rest)
 
     def create_atomic_cas(self, ptrs, compare, value, *rest):
-        write(self, ptrs, None, "tl.atomic_cas")
+        write(self, ptrs, value, None, "tl.atomic_cas")
         return originals["create_atomic_cas"](self, ptrs, compare, value, *rest)
+
+    def product(out, flops, *operands):
+        """Note a product's FLOPs; its result carries them, with what its operands carried, until a store."""
+        _STATE["flops"] += flops
+        made = _STATE["products"]
+        made[len(made)] = flops
+        out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in operands))
+        return out
 
     def create_dot(self, a, b, d, *rest):
         watched()
         out = originals["create_dot"](self, a, b, d, *rest)
         if _STATE["counting"]:
             m, k = np.shape(a.data)[-2:]
-            _STATE["flops"] += 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k) \
-                * int(np.shape(b.data)[-1])
+            product(out, 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k)
+                    * int(np.shape(b.data)[-1]), a, b, d)
         return out
 
     def create_fmul(self, lhs, rhs):
         watched()
         out = originals["create_fmul"](self, lhs, rhs)
         if _STATE["counting"]:
-            _STATE["flops"] += 2 * int(np.asarray(out.data).size)
+            product(out, 2 * int(np.asarray(out.data).size), lhs, rhs)
+        return out
+
+    def create_fma(self, a, b, c):
+        watched()
+        out = originals["create_fma"](self, a, b, c)
+        if _STATE["counting"]:
+            product(out, 2 * int(np.asarray(out.data).size), a, b, c)
         return out
 
     def set_grid_idx(self, x, y, z):
@@ -225,6 +246,39 @@ def _install():
         except Exception as error:
             raise interpreter.InterpreterError(repr(error)) from error
 
+    # Every other operation's result carries the products its operands carried (a product counts in
+    # `flops` only if a store takes a value that carries it), as do the interpreter's reductions.
+    def carried(value):
+        if isinstance(value, interpreter.TensorHandle):
+            return getattr(value, "_products", _NONE)
+        if isinstance(value, (tuple, list)):
+            return _NONE.union(*(carried(item) for item in value))
+        return getattr(getattr(value, "handle", None), "_products", _NONE)   # a tl.tensor
+
+    def carry(out, products):
+        for item in out if isinstance(out, (tuple, list)) else (out,):
+            handle = item if isinstance(item, interpreter.TensorHandle) else getattr(item, "handle", None)
+            if isinstance(handle, interpreter.TensorHandle):
+                handle._products = getattr(handle, "_products", _NONE) | products
+        return out
+
+    def carrying(operation):
+        def wrapper(*args, **kwargs):
+            out = operation(*args, **kwargs)
+            if _STATE["counting"]:
+                products = carried(args) | carried(tuple(kwargs.values()))
+                if products:
+                    carry(out, products)
+            return out
+        wrapper.__name__ = wrapper.__qualname__ = operation.__name__
+        return wrapper
+
+    for name, operation in list(vars(builder).items()):
+        if name.startswith("create_") and name not in originals and callable(operation):
+            setattr(builder, name, carrying(operation))
+    reduce_apply = interpreter.ReduceScanOpInterface.apply
+    interpreter.ReduceScanOpInterface.apply = carrying(reduce_apply)
+
     def interpreted_run(self, *args, grid, warmup, **kwargs):
         watched()
         if not warmup:
@@ -233,7 +287,8 @@ def _install():
 
     for name, wrapper in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
                           ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx),
-                          ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas)):
+                          ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas),
+                          ("create_fma", create_fma)):
         wrapper.__name__ = wrapper.__qualname__ = name
         setattr(builder, name, wrapper)
         _WRAPPERS[(builder, name)] = wrapper
@@ -274,7 +329,7 @@ class Tally:
 
     def __enter__(self):
         self.start = {name: _STATE[name] for name in self.FIELDS}
-        _STATE["read"], _STATE["written"] = [], []
+        _STATE["read"], _STATE["written"], _STATE["products"], _STATE["stored_products"] = [], [], {}, set()
         _STATE["counting"] = True
         return self
 
@@ -282,6 +337,11 @@ class Tally:
         import numpy as np
         _STATE["counting"] = False
         self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
+        # flops: the products whose results reached a store; flops_made: every product made
+        made = _STATE["products"]
+        self.counts["flops_made"] = self.counts["flops"]
+        self.counts["flops"] = sum(made[index] for index in _STATE["stored_products"] if index in made)
+        _STATE["products"], _STATE["stored_products"] = {}, set()
         read, written = _STATE["read"], _STATE["written"]
         self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
         self.written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)

@@ -109,8 +109,11 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=No
     if reply["flops"] > max(least_flops // 8, 4096):
         raise Feedback(f"{what} did {reply['flops']:,} floating-point operations in torch's products.", NOT_THE_KERNEL)
     if tally["interpreted"] and tally["flops"] < least_flops:
-        raise Feedback(f"{what}'s kernels did {tally['flops']:,} floating-point operations in their products "
-                       f"(tl.dot, *), fewer than the {least_flops:,} the computation needs.", NOT_THE_KERNEL)
+        unused = tally.get("flops_made", tally["flops"]) - tally["flops"]
+        unused = f" ({unused:,} more made whose results no store took)" if unused > 0 else ""
+        raise Feedback(f"{what}'s kernels did {tally['flops']:,} floating-point operations in products whose results "
+                       f"reached a store (tl.dot, *){unused}, fewer than the {least_flops:,} the computation needs.",
+                       NOT_THE_KERNEL)
     if tally["interpreted"] and tally["distinct"] < least_addressed:
         raise Feedback(f"{what}'s kernels read {tally['distinct']:,} distinct elements (lanes a mask turns off read "
                        f"nothing), fewer than the {least_addressed:,} of its inputs.", NOT_THE_KERNEL)
