@@ -68,6 +68,17 @@ def squared(x, keep):
     return out
 
 
+PREPARED = torch.arange(16.0)   # made when the cell ran, before any call
+
+
+def launched_on(x, source):
+    out = torch.empty(16)
+    made = {"prepared": lambda: PREPARED, "input": lambda: x, "numbers": lambda: torch.tensor([1.0] * 16),
+            "scaled": lambda: x * 2.0}[source]()
+    copy_kernel[(1,)](made, out, 16, BLOCK=16, MASKED=True)
+    return out
+
+
 def copied(x):
     return double(x).clone()
 
@@ -113,6 +124,13 @@ def test_products_count_only_when_their_results_reach_a_store(student):
     thrown_away = student.call("squared", x, False, count_kernels=True)     # the tl.dot made, never stored
     assert torch.equal(thrown_away["output"], x + 1.0)
     assert thrown_away["kernels"]["flops_made"] == 2 * 16 ** 3 and thrown_away["kernels"]["flops"] == 0
+
+
+def test_a_kernel_launched_on_a_tensor_made_before_the_call_is_seen(student):
+    x = torch.ones(16)
+    for source, foreign in (("prepared", 1), ("input", 0), ("numbers", 0), ("scaled", 0)):
+        reply = student.call("launched_on", x, source, count_kernels=True, count_flops=True)
+        assert reply["kernels"]["foreign_tensors"] == foreign, source
 
 
 def test_what_a_call_returns_is_checked_against_what_its_kernels_stored(student):

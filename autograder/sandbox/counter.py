@@ -97,11 +97,12 @@ REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
 
 
 def _make():
-    total, exponentials, counting = [0], [0], [False]
+    total, exponentials, counting, made = [0], [0], [False], [set()]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            _note_made(func, args, kwargs, out, made[0])
             if func.overloadpacket in EXPONENTIALS or func in EXPONENTIAL_OVERLOADS:
                 exponentials[0] += 1
             cost = COSTS.get(func.overloadpacket)
@@ -114,6 +115,10 @@ def _make():
 
     def read():
         return total[0]
+
+    def take_made():
+        taken, made[0] = made[0], set()
+        return taken
 
     def read_exponentials():
         return exponentials[0]
@@ -135,10 +140,32 @@ def _make():
             for name in names:
                 setattr(owner, name, refusing(getattr(owner, name)))
 
-    return Counting, read, read_exponentials, switch, install
+    return Counting, read, read_exponentials, switch, install, take_made
 
 
-_Counting, _read, _read_exponentials, _switch, install = _make()
+def _storages(values):
+    found = set()
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.add(value.untyped_storage().data_ptr())
+        elif isinstance(value, (tuple, list)):
+            found |= _storages(value)
+    return found
+
+
+def _note_made(func, args, kwargs, out, made):
+    """The storages an operator allocated (not a view of, or written into, one of its inputs; a tensor
+    made from Python numbers, torch.tensor, comes through lift_fresh)."""
+    try:
+        outputs = _storages(out if isinstance(out, (tuple, list)) else (out,))
+        if func.overloadpacket is not aten.lift_fresh:
+            outputs -= _storages(tuple(args) + tuple((kwargs or {}).values()))
+        made |= outputs
+    except (RuntimeError, NotImplementedError):   # a tensor without storage
+        pass
+
+
+_Counting, _read, _read_exponentials, _switch, install, _take_made = _make()
 
 
 class Counted:
@@ -147,11 +174,12 @@ class Counted:
     the calls)."""
 
     def __init__(self):
-        self.flops, self.exponentials, self.intact = 0, 0, True
+        self.flops, self.exponentials, self.intact, self.made = 0, 0, True, set()
 
     def __enter__(self):
         self.mode = _Counting()
         self.start, self.start_exponentials = _read(), _read_exponentials()
+        _take_made()
         self.mode.__enter__()
         _switch(True)
         return self
@@ -162,6 +190,7 @@ class Counted:
         on_top = bool(stack) and stack[-1] is self.mode
         self.flops += _read() - self.start
         self.exponentials += _read_exponentials() - self.start_exponentials
+        self.made |= _take_made()   # the storages torch allocated during the call
         probe = torch.ones(2, 2, dtype=torch.float64)
         before = _read()
         torch.mm(probe, probe)

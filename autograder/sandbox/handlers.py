@@ -247,6 +247,8 @@ def call(request):
     if request.get("count_kernels"):
         if kernels_interpreted():
             tally.note_output(output)
+            if request.get("count_flops"):
+                tally.note_inputs([args, kwargs], count.made)
         reply["kernels"] = tally.as_reply()
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)

@@ -42,9 +42,15 @@ import os
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
           "program": (0, 0, 0), "read": [], "written": [], "replaced": False,
-          "products": {}, "stored_products": set()}
+          "products": {}, "stored_products": set(), "launched": set()}
 _NONE = frozenset()
 _WRAPPERS = {}
+_CARRYING = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
+
+
+def _carrying(on):
+    for owner, name, operation in _CARRYING.get("carrying" if on else "plain", ()):
+        setattr(owner, name, operation)
 
 
 class OutOfBounds(IndexError):
@@ -221,6 +227,7 @@ def _install():
         _STATE["ranges"] = ranges
         if _STATE["counting"]:
             _STATE["launches"] += 1
+            _STATE["launched"].update(tensor.untyped_storage().data_ptr() for tensor in tensors)
         try:
             return launch(self, *args, **kwargs)
         finally:
@@ -265,19 +272,19 @@ def _install():
     def carrying(operation):
         def wrapper(*args, **kwargs):
             out = operation(*args, **kwargs)
-            if _STATE["counting"]:
-                products = carried(args) | carried(tuple(kwargs.values()))
-                if products:
-                    carry(out, products)
+            products = carried(args) | carried(tuple(kwargs.values()))
+            if products:
+                carry(out, products)
             return out
         wrapper.__name__ = wrapper.__qualname__ = operation.__name__
         return wrapper
 
-    for name, operation in list(vars(builder).items()):
-        if name.startswith("create_") and name not in originals and callable(operation):
-            setattr(builder, name, carrying(operation))
-    reduce_apply = interpreter.ReduceScanOpInterface.apply
-    interpreter.ReduceScanOpInterface.apply = carrying(reduce_apply)
+    # Put in place for a counted call only (Tally), so that no other call pays for them.
+    operations = [(builder, name, operation) for name, operation in list(vars(builder).items())
+                  if name.startswith("create_") and name not in originals and callable(operation)]
+    operations.append((interpreter.ReduceScanOpInterface, "apply", interpreter.ReduceScanOpInterface.apply))
+    _CARRYING.update({"plain": operations,
+                      "carrying": [(owner, name, carrying(operation)) for owner, name, operation in operations]})
 
     def interpreted_run(self, *args, grid, warmup, **kwargs):
         watched()
@@ -330,12 +337,15 @@ class Tally:
     def __enter__(self):
         self.start = {name: _STATE[name] for name in self.FIELDS}
         _STATE["read"], _STATE["written"], _STATE["products"], _STATE["stored_products"] = [], [], {}, set()
+        _STATE["launched"] = set()
         _STATE["counting"] = True
+        _carrying(True)
         return self
 
     def __exit__(self, *exc):
         import numpy as np
         _STATE["counting"] = False
+        _carrying(False)
         self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
         # flops: the products whose results reached a store; flops_made: every product made
         made = _STATE["products"]
@@ -346,9 +356,26 @@ class Tally:
         self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
         self.written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
         _STATE["read"], _STATE["written"] = [], []
+        self.launched, _STATE["launched"] = _STATE["launched"], set()
         self.intact = intact()
-        self.output_stored = None
+        self.output_stored = self.foreign_tensors = None
         return False
+
+    def note_inputs(self, inputs, made):
+        """foreign_tensors: how many of the tensors the call's kernels were launched on are neither
+        the call's inputs (or views of them) nor allocated by torch during the call (`made`, the
+        storages counter.Counted saw allocated): a tensor prepared before the call."""
+        import torch
+
+        def storages(value):
+            if isinstance(value, torch.Tensor):
+                return {value.untyped_storage().data_ptr()}
+            if isinstance(value, (tuple, list)):
+                return set().union(*(storages(item) for item in value))
+            if isinstance(value, dict):
+                return storages(list(value.values()))
+            return set()
+        self.foreign_tensors = len(self.launched - storages(inputs) - made)
 
     def note_output(self, output):
         """output_stored: the share of the elements of the tensors the call returned (a tensor, or a
@@ -371,4 +398,4 @@ class Tally:
 
     def as_reply(self):
         return {**self.counts, "intact": bool(self.intact), "interpreted": bool(INTERPRETED),
-                "output_stored": self.output_stored}
+                "output_stored": self.output_stored, "foreign_tensors": self.foreign_tensors}

@@ -117,6 +117,10 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=No
     if tally["interpreted"] and tally["distinct"] < least_addressed:
         raise Feedback(f"{what}'s kernels read {tally['distinct']:,} distinct elements (lanes a mask turns off read "
                        f"nothing), fewer than the {least_addressed:,} of its inputs.", NOT_THE_KERNEL)
+    if tally["interpreted"] and tally.get("foreign_tensors"):
+        raise Feedback(f"{what} launched its kernels on {tally['foreign_tensors']} tensor(s) made before the call, "
+                       "neither its inputs nor allocated during it.",
+                       "Launch the kernel on the call's own inputs and on outputs the call allocates.")
     stored = tally.get("output_stored")
     if tally["interpreted"] and stored is not None and stored < 1.0:
         raise Feedback(f"{1 - stored:.0%} of what {what} returned is memory its kernels did not store during the call.",
