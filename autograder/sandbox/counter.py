@@ -97,12 +97,13 @@ REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
 
 
 def _make():
-    total, exponentials, counting, made = [0], [0], [False], [set()]
+    total, exponentials, counting, made = [0], [0], [False], [None]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            _note_made(func, args, kwargs, out, made[0])
+            if made[0] is not None:
+                _note_made(func, args, kwargs, out, made[0])
             if func.overloadpacket in EXPONENTIALS or func in EXPONENTIAL_OVERLOADS:
                 exponentials[0] += 1
             cost = COSTS.get(func.overloadpacket)
@@ -116,8 +117,9 @@ def _make():
     def read():
         return total[0]
 
-    def take_made():
-        taken, made[0] = made[0], set()
+    def take_made(track):
+        """The storages noted since the last take; track: whether to note them from now on."""
+        taken, made[0] = made[0] or set(), (set() if track else None)
         return taken
 
     def read_exponentials():
@@ -173,13 +175,14 @@ class Counted:
     (torch's exp and softmax operators run) and counted.intact (entered several times, it adds up
     the calls)."""
 
-    def __init__(self):
+    def __init__(self, allocations=False):
         self.flops, self.exponentials, self.intact, self.made = 0, 0, True, set()
+        self.allocations = allocations   # also note the storages torch allocates (a kernel assignment's call)
 
     def __enter__(self):
         self.mode = _Counting()
         self.start, self.start_exponentials = _read(), _read_exponentials()
-        _take_made()
+        _take_made(track=self.allocations)
         self.mode.__enter__()
         _switch(True)
         return self
@@ -190,7 +193,7 @@ class Counted:
         on_top = bool(stack) and stack[-1] is self.mode
         self.flops += _read() - self.start
         self.exponentials += _read_exponentials() - self.start_exponentials
-        self.made |= _take_made()   # the storages torch allocated during the call
+        self.made |= _take_made(track=False)   # the storages torch allocated during the call
         probe = torch.ones(2, 2, dtype=torch.float64)
         before = _read()
         torch.mm(probe, probe)

@@ -181,9 +181,10 @@ def guarded(request):
         GUARD.check()
 
 
-def flop_counter(wanted):
-    """The count of the products' FLOPs (counter.py) when wanted, else a context that does nothing."""
-    return Counted() if wanted else contextlib.nullcontext()
+def flop_counter(wanted, allocations=False):
+    """The count of the products' FLOPs (counter.py) when wanted, else a context that does nothing;
+    allocations: also note the storages torch allocates (for a kernel assignment's tally)."""
+    return Counted(allocations) if wanted else contextlib.nullcontext()
 
 
 def counted(reply, count):
@@ -232,7 +233,8 @@ def call(request):
         args, kwargs = moved(args, device), moved(kwargs, device)
     if request.get("grad"):
         args = requires_grad(args)
-    count, tally = flop_counter(request.get("count_flops")), kernel_tally(request.get("count_kernels"))
+    count = flop_counter(request.get("count_flops"), allocations=bool(request.get("count_kernels")))
+    tally = kernel_tally(request.get("count_kernels"))
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
         with count, tally:
