@@ -255,24 +255,32 @@ def _install():
 
     # Every other operation's result carries the products its operands carried (a product counts in
     # `flops` only if a store takes a value that carries it), as do the interpreter's reductions.
+    handle_type = interpreter.TensorHandle
+    handle_type._products = _NONE     # what a handle carries unless an operation gave it more
+
     def carried(value):
-        if isinstance(value, interpreter.TensorHandle):
-            return getattr(value, "_products", _NONE)
+        if type(value) is handle_type:
+            return value._products
         if isinstance(value, (tuple, list)):
             return _NONE.union(*(carried(item) for item in value))
         return getattr(getattr(value, "handle", None), "_products", _NONE)   # a tl.tensor
 
     def carry(out, products):
         for item in out if isinstance(out, (tuple, list)) else (out,):
-            handle = item if isinstance(item, interpreter.TensorHandle) else getattr(item, "handle", None)
-            if isinstance(handle, interpreter.TensorHandle):
-                handle._products = getattr(handle, "_products", _NONE) | products
-        return out
+            handle = item if type(item) is handle_type else getattr(item, "handle", None)
+            if type(handle) is handle_type:
+                handle._products = handle._products | products
 
     def carrying(operation):
         def wrapper(*args, **kwargs):
             out = operation(*args, **kwargs)
-            products = carried(args) | carried(tuple(kwargs.values()))
+            products = _NONE
+            for arg in args[1:]:    # (the first is the builder, or the reduction)
+                found = arg._products if type(arg) is handle_type else carried(arg)
+                if found:
+                    products = products | found
+            if kwargs:
+                products = products | carried(tuple(kwargs.values()))
             if products:
                 carry(out, products)
             return out
