@@ -145,13 +145,16 @@ def _make():
     return Counting, read, read_exponentials, switch, install, take_made
 
 
-def _storages(values):
+def storages(values):
+    """The addresses of the storages of the tensors in values (in lists, tuples and dicts)."""
     found = set()
     for value in values:
         if isinstance(value, torch.Tensor):
             found.add(value.untyped_storage().data_ptr())
         elif isinstance(value, (tuple, list)):
-            found |= _storages(value)
+            found |= storages(value)
+        elif isinstance(value, dict):
+            found |= storages(value.values())
     return found
 
 
@@ -159,9 +162,9 @@ def _note_made(func, args, kwargs, out, made):
     """The storages an operator allocated (not a view of, or written into, one of its inputs; a tensor
     made from Python numbers, torch.tensor, comes through lift_fresh)."""
     try:
-        outputs = _storages(out if isinstance(out, (tuple, list)) else (out,))
+        outputs = storages(out if isinstance(out, (tuple, list)) else (out,))
         if func.overloadpacket is not aten.lift_fresh:
-            outputs -= _storages(tuple(args) + tuple((kwargs or {}).values()))
+            outputs -= storages((args, kwargs or {}))
         made |= outputs
     except (RuntimeError, NotImplementedError):   # a tensor without storage
         pass

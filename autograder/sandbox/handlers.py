@@ -212,11 +212,6 @@ def moved(value, device):
     return value
 
 
-def kernels_interpreted():
-    import kernels
-    return bool(kernels.INTERPRETED)
-
-
 def kernel_tally(wanted):
     """What the call's Triton kernels did (kernels.py) when wanted, else a context that does nothing."""
     if not wanted:
@@ -247,10 +242,7 @@ def call(request):
     if request.get("count_flops"):
         counted(reply, count)
     if request.get("count_kernels"):
-        if kernels_interpreted():
-            tally.note_output(output)
-            if request.get("count_flops"):
-                tally.note_inputs([args, kwargs], count.made)
+        tally.note_call(output, (args, kwargs), count.made if request.get("count_flops") else None)
         reply["kernels"] = tally.as_reply()
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)

@@ -20,8 +20,10 @@ each tl operation a NumPy operation.  Its caches go to the scratch space.
                        tl.fma as 2 per element (as counter.py counts torch's); flops_made: every
                        product made, stored or not
   output_stored        the share of the elements the call returned that a kernel stored during it
-                       (Tally.note_output): an answer made before the call or copied after it is not
+                       (Tally.note_call): an answer made before the call or copied after it is not
                        the kernel's
+  foreign_tensors      the tensors the kernels were launched on that are neither the call's inputs
+                       (or views of them) nor allocated by torch during it (Tally.note_call)
   out_of_bounds        the first tl.load, tl.store or atomic whose unmasked lanes reach outside every
                        tensor passed to the launch (the memory is not touched: the call fails with
                        OutOfBounds, which names the program and the operation)
@@ -358,7 +360,7 @@ class Tally:
         # flops: the products whose results reached a store; flops_made: every product made
         made = _STATE["products"]
         self.counts["flops_made"] = self.counts["flops"]
-        self.counts["flops"] = sum(made[index] for index in _STATE["stored_products"] if index in made)
+        self.counts["flops"] = sum(made[index] for index in _STATE["stored_products"])
         _STATE["products"], _STATE["stored_products"] = {}, set()
         read, written = _STATE["read"], _STATE["written"]
         self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
@@ -369,27 +371,21 @@ class Tally:
         self.output_stored = self.foreign_tensors = None
         return False
 
-    def note_inputs(self, inputs, made):
-        """foreign_tensors: how many of the tensors the call's kernels were launched on are neither
-        the call's inputs (or views of them) nor allocated by torch during the call (`made`, the
-        storages counter.Counted saw allocated): a tensor prepared before the call."""
-        import torch
-
-        def storages(value):
-            if isinstance(value, torch.Tensor):
-                return {value.untyped_storage().data_ptr()}
-            if isinstance(value, (tuple, list)):
-                return set().union(*(storages(item) for item in value))
-            if isinstance(value, dict):
-                return storages(list(value.values()))
-            return set()
-        self.foreign_tensors = len(self.launched - storages(inputs) - made)
-
-    def note_output(self, output):
-        """output_stored: the share of the elements of the tensors the call returned (a tensor, or a
-        tuple or list of them) that a kernel stored during the call; None when it returned none."""
+    def note_call(self, output, arguments, made=None):
+        """In Triton's interpreter, after the call: output_stored, the share of the elements of the
+        tensors it returned (a tensor, or a tuple or list of them) that a kernel stored during it (None
+        when it returned none); and, where the count saw what torch allocated during the call (`made`,
+        counter.Counted's storages), foreign_tensors: how many of the tensors its kernels were launched
+        on are neither among the call's `arguments` (or views of them) nor so allocated, a tensor
+        prepared before the call."""
+        if not INTERPRETED:
+            return
         import numpy as np
         import torch
+
+        import counter
+        if made is not None:
+            self.foreign_tensors = len(self.launched - counter.storages(arguments) - made)
         tensors = [output] if isinstance(output, torch.Tensor) else \
             [item for item in output if isinstance(item, torch.Tensor)] if isinstance(output, (tuple, list)) else []
         stored = total = 0

@@ -10,7 +10,6 @@ views into NaN-padded tensors, so an address from a contiguous layout shows in t
 
 import math
 
-import pytest
 import torch
 
 from autograder.harness import checks, substance
@@ -49,11 +48,7 @@ STATEMENT = ("Each key tile: S = tl.dot(q, tl.trans(k)) * scale; m_new = max(m, 
 CRASHES = [(A.OUT_OF_BOUNDS, CAUSES["out_of_bounds"])] + A.TRITON_CRASHES
 
 
-@pytest.fixture(autouse=True)
-def tf32_on_a_gpu():
-    """float32 compared at TF32's precision where the kernels run on a GPU (helpers/kernels.py)."""
-    with A.gpu_tolerances():
-        yield
+tf32_on_a_gpu = A.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
 
 
 def flash(student, q, k, v, causal=False, block_m=32, block_n=16, **options):

@@ -6,7 +6,6 @@ the student's kernel (counted in Triton's interpreter, sandbox/kernels.py).  The
 multiples of the kernel's default blocks, so a kernel that misses its masks on a partial tile loses
 those points in its own exercise, not again here."""
 
-import pytest
 import torch
 
 from autograder.harness import checks, substance
@@ -23,11 +22,7 @@ STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_atten
 
 
 
-@pytest.fixture(autouse=True)
-def tf32_on_a_gpu():
-    """float32 compared at TF32's precision where the kernels run on a GPU (helpers/kernels.py)."""
-    with A.gpu_tolerances():
-        yield
+tf32_on_a_gpu = A.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
 
 
 def run(student, q, k, v, causal, upstream, **options):

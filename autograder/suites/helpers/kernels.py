@@ -5,6 +5,7 @@ have done, counted where the kernel runs (sandbox/kernels.py) and in torch (sand
 import contextlib
 import math
 
+import pytest
 import torch
 
 from autograder.harness import checks
@@ -24,11 +25,14 @@ OUT_OF_BOUNDS = ("OutOfBounds",)
 TF32 = dict(rtol=1e-2, atol=1e-2)
 
 
-def gpu_tolerances():
-    """The float32 tolerance of kernels compiled for a GPU, for the time of a test (a suite's autouse
-    fixture); Triton's interpreter keeps checks.TOLERANCES'."""
+@pytest.fixture(autouse=True)
+def tf32_on_a_gpu():
+    """float32 compared at TF32's precision where the kernels run on a GPU, for the time of each test
+    of a suite that binds this fixture (tf32_on_a_gpu = A.tf32_on_a_gpu); Triton's interpreter keeps
+    checks.TOLERANCES'."""
     on_gpu = jail.kernel_device() == "cuda"
-    return checks.tolerances({torch.float32: TF32}) if on_gpu else contextlib.nullcontext()
+    with checks.tolerances({torch.float32: TF32}) if on_gpu else contextlib.nullcontext():
+        yield
 
 
 def laid_out(x):
