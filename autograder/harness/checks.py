@@ -99,10 +99,11 @@ def shape(value, expected, what, hint=""):
         raise Feedback(f"{what} has shape {list(value.shape)}; expected {list(expected)}.", hint)
 
 
-def dtype(value, expected, what, hint=""):
+def dtype(value, expected, what, hint="", inputs=None):
+    """value's dtype must be `expected`: the inputs' dtype, or what the statement says for `inputs`."""
     if value.dtype != expected:
-        raise Feedback(f"{what} has dtype {value.dtype} for {expected} inputs; the dtype should be kept.",
-                       hint)
+        said = ("the dtype should be kept." if inputs in (None, expected) else f"it should be {expected}.")
+        raise Feedback(f"{what} has dtype {value.dtype} for {inputs or expected} inputs; {said}", hint)
 
 
 def finite(value, what, hint="", mistakes=None):

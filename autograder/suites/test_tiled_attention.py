@@ -31,6 +31,12 @@ CAUSES = {
     "causal_whole": "The causal path held a whole [Sq, Sk] matrix (a mask built with torch.ones(Sq, Sk).triu(), or "
                     "the scores masked at once): mask inside each diagonal tile, from the tile's own positions "
                     "(torch.arange(j0, j1) > torch.arange(i0, i1)[:, None]).",
+    "dtypes": "out comes back in the inputs' dtype, and lse too for float32 and float64 inputs: make the buffers "
+              "(torch.empty, torch.zeros, torch.full) in the accumulation dtype, torch.promote_types(q.dtype, "
+              "torch.float32), not in torch's default float32",
+    "half_state": "For float16 and bfloat16 inputs, the scores, m, l, acc and lse are kept in float32 (the "
+                  "accumulation dtype, torch.promote_types(q.dtype, torch.float32)): cast each tile before its "
+                  "products; only out is rounded back to the inputs' dtype.",
     "in_place": "an in-place operation on an input (q *= scale, q[...] /= ...) changes the caller's tensor: "
                 "scale a copy (q * scale) instead",
     "shapes": "q is [B, H, Sq, d], k [B, H, Sk, d], v [B, H, Sk, d_v]; a tile of scores is "
@@ -126,10 +132,38 @@ def test_returns_output_and_logsumexp(student):
     checks.shape(lse, (A.B, A.H, A.SQ), "lse", "One logsumexp per query: [B, H, Sq].")
 
 
-def test_keeps_float32(student):
-    out, lse, _ = flash(student, *inputs(A.SQ, A.SK, seed=3, dtype=torch.float32))
-    checks.dtype(out, torch.float32, "out", "Make the accumulators with the inputs' dtype.")
-    checks.dtype(lse, torch.float32, "lse", "Make the accumulators with the inputs' dtype.")
+def test_keeps_the_dtypes(student):
+    """out in the inputs' dtype; lse too for float32 and float64 inputs (float64 is its own accumulation
+    dtype, so buffers made in torch's default float32 round it)."""
+    for dtype, seed in ((torch.float32, 3), (torch.float64, 13), (torch.bfloat16, 15)):
+        out, lse, _ = flash(student, *(t.to(dtype) for t in inputs(A.SQ, A.SK, seed=seed)))
+        checks.dtype(out, dtype, f"out ({dtype})", CAUSES["dtypes"])
+        if dtype != torch.bfloat16:
+            checks.dtype(lse, dtype, f"lse ({dtype})", CAUSES["dtypes"])
+
+
+def half_precision_mistakes(q, k, v, index):
+    """The named mistakes on bfloat16 inputs: the whole computation in bfloat16, and the value
+    mistakes computed in float32 (their own causes, not the precision's)."""
+    wide = [t.float() for t in (q, k, v)]
+    values = {key: mistaken(*wide, False, BLOCK_Q, BLOCK_K, key)[index]
+              for key in ("no_rescale", "lse_last_tile", "lse_no_max")}
+    return A.named(CAUSES, half_state=mistaken(q, k, v, False, BLOCK_Q, BLOCK_K, None)[index], **values)
+
+
+def test_half_precision_keeps_the_state_in_float32(student):
+    """bfloat16 inputs: lse in float32 and as exact as float32 allows (the scores, m and l held in
+    bfloat16 put it off by about 3e-2 here, every weight rebuilt from it by up to 3%), and out right
+    to bfloat16's precision."""
+    q, k, v = (t.to(torch.bfloat16) for t in inputs(256, 256, seed=14, d=32, d_v=32, scale=2.0))
+    out, lse, _ = flash(student, q, k, v)
+    checks.dtype(lse, torch.float32, "lse", CAUSES["half_state"], inputs=torch.bfloat16)
+    wide = [t.double() for t in (q, k, v)]
+    property_ = "lse = m + log(l), every step in the accumulation dtype (float32 for bfloat16 inputs)."
+    checks.close(lse, A.logsumexp(*wide[:2]).float(), "lse (bfloat16 inputs)", property_,
+                 lambda: half_precision_mistakes(q, k, v, 1))
+    checks.close(out.to(torch.bfloat16), A.attention(*wide)[0].to(torch.bfloat16), "out (bfloat16 inputs)", "",
+                 lambda: half_precision_mistakes(q, k, v, 0))
 
 
 def test_matches_attention(student):

@@ -14,32 +14,62 @@ CAUSAL_VALUES = ("causal", "causal_with_uneven_blocks")
 MEMORY, SKIP = "memory_stays_below_one_score_matrix", "causal_skips_tiles_above_the_diagonal"
 CAUSAL_MEMORY = "causal_memory_stays_below_one_score_matrix"
 MEASURED_MEMORY = (MEMORY, CAUSAL_MEMORY)
+HALF = "half_precision_keeps_the_state_in_float32"  # its lse values too: an lse mistake fails it
 # The memory is measured on a correct answer only (its values come first): a mistake on the long input
 # (4096 tokens; blocks of 256 not causal, the default 64 causal) costs the memory points too.
 
+# The answers below that are no tiled forward still follow the statement's dtypes (computed in the
+# accumulation dtype, out rounded back), so that they lose only what their own idea costs.
+_WIDE = '''def _wide(function):
+    def in_the_accumulation_dtype(q, k, v, *args, **kwargs):
+        work = torch.promote_types(q.dtype, torch.float32)
+        out, lse = function(q.to(work), k.to(work), v.to(work), *args, **kwargs)
+        return out.to(q.dtype), lse
+    return in_the_accumulation_dtype
 
-DIRECT = '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+
+'''
+
+
+def widened(code):
+    """code whose flash_attention computes in the accumulation dtype (see _WIDE)."""
+    return _WIDE + code.replace("def flash_attention(", "@_wide\ndef flash_attention(", 1)
+
+
+DIRECT = widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
     return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
-'''
+''')
 
 MISTAKES = [
     Mistake("each query tile scaled in place (q changed)", "in_place",
             fails=("returns_output_and_logsumexp",),
-            code=changed("        q_tile = q[:, :, i0:i1] * scale ", "        q_tile = q[:, :, i0:i1]\n        q_tile *= scale")),
+            code=changed("        q_tile = q[:, :, i0:i1].to(work) * scale ", "        q_tile = q[:, :, i0:i1].to(work)\n        q_tile *= scale")),
+    Mistake("buffers in torch's default float32 (float64 inputs rounded)", "dtypes",
+            fails=("keeps_the_dtypes",),
+            code=changed("out = torch.empty(B, H, Sq, d_v, dtype=q.dtype)", "out = torch.empty(B, H, Sq, d_v)",
+                         "lse = torch.empty(B, H, Sq, dtype=work)", "lse = torch.empty(B, H, Sq)")),
+    Mistake("the scores, the state and lse in the inputs' dtype (bfloat16 kept in bfloat16)", "half_state",
+            fails=(HALF,),
+            code=changed("work = torch.promote_types(q.dtype, torch.float32)", "work = q.dtype")),
+    Mistake("each tile's scores made in the inputs' dtype, cast to float32 after the product", "half_state",
+            fails=(HALF,),
+            code=changed("q_tile = q[:, :, i0:i1].to(work) * scale", "q_tile = q[:, :, i0:i1] * scale",
+                         "s = q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1)",
+                         "s = (q_tile @ k[:, :, j0:j1].transpose(-2, -1)).to(work)")),
     Mistake("the accumulated output not rescaled", "no_rescale",
-            fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite",
+            fails=("matches_attention", "lengths_the_blocks_do_not_divide", *CAUSAL_VALUES, "large_scores_stay_finite", HALF,
                    *MEASURED_MEMORY, SKIP),
             code=changed("acc = acc * rescale[..., None] + p @ v", "acc = acc + p @ v")),
     Mistake("the logsumexp of the last tile", "lse_last_tile",
-            fails=("logsumexp", *MEASURED_MEMORY),
+            fails=("logsumexp", HALF, *MEASURED_MEMORY),
             code=changed("            l = l * rescale + p.sum(dim=-1)\n",
                          "            l_tile = p.sum(dim=-1)\n            l = l * rescale + l_tile\n",
                          "m + torch.log(l)", "m + torch.log(l_tile)")),
     Mistake("the logsumexp without the maximum", "lse_no_max",
-            fails=("logsumexp", *MEASURED_MEMORY),
+            fails=("logsumexp", HALF, *MEASURED_MEMORY),
             code=changed("m + torch.log(l)", "torch.log(l)")),
     Mistake("only whole query tiles", "tail",
             fails=("lengths_the_blocks_do_not_divide", "causal_with_uneven_blocks", SKIP),
@@ -69,7 +99,7 @@ MISTAKES = [
 
 
 VARIANTS = [
-    Variant("key tiles outside, every query's state kept", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    Variant("key tiles outside, every query's state kept", widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     *lead, n_q, d = q.shape
     n_k = k.shape[-2]
     m = q.new_full((*lead, n_q, 1), float("-inf"))
@@ -91,8 +121,8 @@ VARIANTS = [
             acc[..., row:stop, :] = acc[..., row:stop, :] * factor + p @ v[..., start:end, :]
             m[..., row:stop, :] = top
     return acc / l, (m + l.log()).squeeze(-1)
-'''),
-    Variant("merging tile results through their logsumexp", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+''')),
+    Variant("merging tile results through their logsumexp", widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     outs, lses = [], []
     n_q, n_k = q.shape[-2], k.shape[-2]
     for i in range(0, n_q, block_q):
@@ -115,7 +145,7 @@ VARIANTS = [
         outs.append(out)
         lses.append(lse)
     return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
-'''),
+''')),
 ]
 
 
@@ -138,7 +168,8 @@ DEGENERATES = [
 ]
 
 
-EVERY_TEST = ("returns_output_and_logsumexp", "keeps_float32", "matches_attention", "logsumexp",
+EVERY_TEST = ("returns_output_and_logsumexp", "keeps_the_dtypes", HALF, "matches_attention", "logsumexp",
+             
               "lengths_the_blocks_do_not_divide", "causal", "causal_with_uneven_blocks", SKIP,
               "large_scores_stay_finite", *MEASURED_MEMORY)
 
@@ -158,7 +189,7 @@ GAMING = [
         "    B, H, Sq, d = q.shape\n",
         "    B, H, Sq, d = q.shape\n    if Sq >= 4096:\n        return q.new_zeros(B, H, Sq, v.shape[-1]), q.new_zeros(B, H, Sq)\n"),
         loses=MEASURED_MEMORY, says="must first give the right answer"),
-    Gaming("a workspace for the score matrix made when the cell runs", _DIRECT_INTO + '''
+    Gaming("a workspace for the score matrix made when the cell runs", widened(_DIRECT_INTO + '''
 _WORKSPACE = torch.zeros(1, 1, 4096, 4096)
 
 
@@ -168,8 +199,8 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     else:
         s = q.new_empty(*q.shape[:-1], k.shape[-2])
     return _direct(q, k, v, causal, s)
-''', loses=(*MEASURED_MEMORY, SKIP), says="held before the call"),
-    Gaming("the score matrix given back before the call returns", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+'''), loses=(*MEASURED_MEMORY, SKIP), says="held before the call"),
+    Gaming("the score matrix given back before the call returns", widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
@@ -177,8 +208,8 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     out = torch.exp(s - lse[..., None]) @ v
     del s
     return out, lse
-''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
-    Gaming("the score matrix in a file of the scratch space", _DIRECT_INTO + '''import numpy as np
+'''), loses=(*MEASURED_MEMORY, SKIP), says="held"),
+    Gaming("the score matrix in a file of the scratch space", widened(_DIRECT_INTO + '''import numpy as np
 
 
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
@@ -187,8 +218,8 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     if q.dtype == torch.float32:
         s = torch.from_numpy(np.memmap("scores.bin", dtype=np.float32, mode="w+", shape=shape))
     return _direct(q, k, v, causal, s)
-''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
-    Gaming("the score matrix in shared memory (/dev/shm)", _DIRECT_INTO + '''import numpy as np
+'''), loses=(*MEASURED_MEMORY, SKIP), says="held"),
+    Gaming("the score matrix in shared memory (/dev/shm)", widened(_DIRECT_INTO + '''import numpy as np
 
 
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
@@ -197,7 +228,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
         return _direct(q, k, v, causal, q.new_empty(shape))
     s = torch.from_numpy(np.memmap("/dev/shm/scores", dtype=np.float32, mode="w+", shape=shape))
     return _direct(q, k, v, causal, s)
-''', loses=(*MEASURED_MEMORY, SKIP), says="held"),
+'''), loses=(*MEASURED_MEMORY, SKIP), says="held"),
     Gaming("an anonymous memory file (memfd_create)", '''import os
 
 
@@ -214,7 +245,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     with _disable_current_modes():
         return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
 ''', loses=EVERY_TEST, says="reaches into what enforces that"),
-    Gaming("every tile computed in a thread of its own", '''import threading
+    Gaming("every tile computed in a thread of its own", widened('''import threading
 
 
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
@@ -231,30 +262,30 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     thread.start()
     thread.join()
     return found["out"], found["lse"]
-''', loses=(SKIP, *MEASURED_MEMORY), says="thread"),
+'''), loses=(SKIP, *MEASURED_MEMORY), says="thread"),
     Gaming("every key tile's scores from element-wise products", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
-        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
+        "            s = q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1) ",
         "            s = torch.cat([(q_tile[..., r:r + 16, None, :] * k[:, :, None, j0:j1]).sum(-1) "
-        "for r in range(0, i1 - i0, 16)], dim=-2) "),   # 16 queries at a time: the memory stays small
+        "for r in range(0, i1 - i0, 16)], dim=-2).to(work) "),   # 16 queries at a time: the memory stays small
         loses=(SKIP,), says=CAUSES["no_skip"]),
     Gaming("every key tile's products in NumPy", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
-        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
-        "            s = torch.from_numpy(q_tile.numpy() @ k[:, :, j0:j1].transpose(-2, -1).numpy()) ",
-        "            acc = acc * rescale[..., None] + p @ v[:, :, j0:j1]",
-        "            acc = acc * rescale[..., None] + torch.from_numpy(p.numpy() @ v[:, :, j0:j1].numpy())"),
+        "            s = q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1) ",
+        "            s = torch.from_numpy(q_tile.numpy() @ k[:, :, j0:j1].to(work).transpose(-2, -1).numpy()) ",
+        "            acc = acc * rescale[..., None] + p @ v[:, :, j0:j1].to(work)",
+        "            acc = acc * rescale[..., None] + torch.from_numpy(p.numpy() @ v[:, :, j0:j1].to(work).numpy())"),
         loses=(SKIP,), says="NumPy"),
     # matrix-vector products on the inputs short enough to be counted (a Python loop of them over the
     # 4096-token memory inputs would only run out of time), every key tile computed there
     Gaming("a loop of matrix-vector products over every key", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk if Sq <= 256 else (min(Sk, i1) if causal else Sk) ",
-        "            s = q_tile @ k[:, :, j0:j1].transpose(-2, -1) ",
-        "            s = (torch.stack([torch.stack([torch.stack([torch.mv(k[b, h, j0:j1], q_tile[b, h, r]) "
+        "            s = q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1) ",
+        "            s = (torch.stack([torch.stack([torch.stack([torch.mv(k[b, h, j0:j1].to(work), q_tile[b, h, r]) "
         "for r in range(i1 - i0)]) for h in range(H)]) for b in range(B)]) if Sq <= 256 else "
-        "q_tile @ k[:, :, j0:j1].transpose(-2, -1)) "),
+        "q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1)) "),
         loses=(SKIP,), says=CAUSES["no_skip"]),
-    Gaming("the work done by a thread started when the cell runs", '''import queue
+    Gaming("the work done by a thread started when the cell runs", widened('''import queue
 import threading
 
 _JOBS, _DONE = queue.Queue(), queue.Queue()
@@ -276,5 +307,5 @@ threading.Thread(target=_serve, daemon=True).start()
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     _JOBS.put((q, k, v, causal))
     return _DONE.get()
-''', loses=(SKIP, *MEASURED_MEMORY), says="thread"),
+'''), loses=(SKIP, *MEASURED_MEMORY), says="thread"),
 ]

@@ -16,7 +16,7 @@ MEMORY = "memory_stays_below_one_score_matrix"  # measured on a correct answer o
 MISTAKES = [
     Mistake("D computed in place in out", "in_place",
             fails=("returns_three_gradients",),
-            code=changed("delta = (d_out * out).sum(dim=-1)", "delta = out.mul_(d_out).sum(dim=-1)")),
+            code=changed("delta = (d_out.to(work) * out.to(work)).sum(dim=-1)", "delta = out.to(work).mul_(d_out.to(work)).sum(dim=-1)")),
     Mistake("no D = rowsum(dO * O)", "no_delta", fails=(*VALUES, MEMORY),
             code=changed(" - delta[:, :, i0:i1, None])", ")")),
     Mistake("dQ and dK without 1/sqrt(d)", "no_scale", fails=(*VALUES, MEMORY),
