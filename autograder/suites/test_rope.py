@@ -18,6 +18,8 @@ CAUSES = {
     "own_positions": "the positions argument ignored (torch.arange(S) used instead): a token's angle "
                      "comes from its place in the whole sequence, which a cache does not start at 0",
     "odd": "an odd last dimension d has no pairs to turn: raise ValueError, as the statement says",
+    "in_place": "x was turned in place (x[..., 0::2] = ..., or an in-place operation on a view of x): build a "
+                "new tensor (torch.stack, torch.empty_like) and leave x as it was",
     "shape": "x is [..., S, d] and positions [S]: the angles are [S, d/2] and broadcast over the "
              "leading axes.",
 }
@@ -71,6 +73,13 @@ def test_returns_x_shape_and_dtype(student):
                  "to x.dtype (float64 stays float64).")
     A.expect_value_error(lambda: student.call("apply_rope", A.randn(S, 7, seed=310), torch.arange(S)),
                          "apply_rope on x with d = 7", CAUSES["odd"])
+
+
+def test_leaves_x_unchanged(student):
+    x = A.randn(A.B, S, D, seed=311)
+    with A.crash_hint(CAUSES["shape"]):
+        reply = student.call("apply_rope", x, torch.arange(S), echo_args=True)
+    A.check_inputs_unchanged(reply, (x,), ("x",), "apply_rope", CAUSES["in_place"])
 
 
 def test_position_zero_is_unchanged(student):

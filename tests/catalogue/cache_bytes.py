@@ -31,6 +31,9 @@ MISTAKES = [
     Mistake("one layer", "one_layer",
             fails=("every_layer",),
             code=changed("return n_layers * per_layer * size", "return per_layer * size")),
+    Mistake("the bytes of the dtype as a float (bits / 8)", "whole",
+            fails=("returns_whole_numbers_and_rejects_unknown_kinds",),
+            code=changed("size = torch.finfo(dtype).bits // 8", "size = torch.finfo(dtype).bits / 8")),
 ]
 
 

@@ -12,6 +12,11 @@ changed = partial(edited, SOLUTION)
 
 
 MISTAKES = [
+    Mistake("each pair turned in place in x", "in_place",
+            fails=("leaves_x_unchanged",),
+            code=changed("    turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # [..., S, d/2, 2]\n"
+                         "    return turned.flatten(-2)                                                   # [..., S, d]\n",
+                         "    x[..., 0::2], x[..., 1::2] = even * cos - odd * sin, even * sin + odd * cos\n    return x\n")),
     Mistake("the base argument ignored", "base",
             fails=("matches_the_reference",),
             code=changed("freqs = base ** (", "freqs = 10000.0 ** (")),
