@@ -42,6 +42,21 @@ MISTAKES = [
         context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return self.W_o(merge_heads(context)), weights
 '''),
+    # as a public multi-head attention of an NLP library has it: nn.Softmax(dim=2) kept from [B, Sq, Sk] scores
+    Mistake("softmax over dim=2 of the per-head scores", "softmax_over_queries",
+            fails=("matches_reference_without_bias", "matches_torch_cross_attention",
+                   "matches_torch_multihead_attention", "matches_torch_with_causal_mask", "weights_rows_sum_to_one"),
+            code=MHA_INIT + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.num_heads)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=2)
+        return self.W_o(merge_heads(weights @ v)), weights
+'''),
     Mistake("bias flag ignored", "bias",
             fails=("bias_flag", "matches_reference_without_bias"),
             code=MHA_INIT.replace("bias=bias", "bias=True") + MHA_FORWARD),

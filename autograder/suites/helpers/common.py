@@ -279,7 +279,7 @@ def pick(mistakes, index):
 
 
 def multi_head(params, num_heads, query, key, value, mask=None, *, scale=None, shared=False,
-               output_projection=True, merge_transposed=True):
+               output_projection=True, merge_transposed=True, dim=-1):
     """Multi-head attention with W_q...W_o from params, written out so that each mistake below is one
     switch: the attention maths stay those of `attention`."""
     def project(name, x):
@@ -288,7 +288,7 @@ def multi_head(params, num_heads, query, key, value, mask=None, *, scale=None, s
     q = heads_of(project("W_q", query), num_heads)
     k = heads_of(project("W_q" if shared else "W_k", key), num_heads)
     v = heads_of(project("W_q" if shared else "W_v", value), num_heads)
-    context, weights = attention(q, k, v, mask, scale=scale)
+    context, weights = attention(q, k, v, mask, scale=scale, dim=dim)
     b, h, s, d_k = context.shape
     merged = context.transpose(1, 2).reshape(b, s, h * d_k) if merge_transposed else context.reshape(b, s, h * d_k)
     return (project("W_o", merged) if output_projection else merged), weights
@@ -300,6 +300,8 @@ MHA_CAUSES = {
     "scale_d_model": "scaling by sqrt(d_model) instead of sqrt(d_k) of one head",
     "merge_without_transpose": "merging the heads with a reshape of [B, H, S, d_k] without moving the head "
                                "axis back first",
+    "softmax_over_queries": "a softmax over dim=2 of the [B, H, Sq, Sk] scores: the keys' axis of [B, Sq, Sk] "
+                            "scores, but the queries' once the heads are split (use dim=-1)",
 }
 
 
@@ -310,4 +312,4 @@ def mha_mistakes(params, num_heads, query, key, value, mask=None):
         return multi_head(params, num_heads, query, key, value, mask, **switch)
     return named(MHA_CAUSES, shared_projection=run(shared=True), no_output_projection=run(output_projection=False),
                  scale_d_model=run(scale=1 / math.sqrt(query.shape[-1])),
-                 merge_without_transpose=run(merge_transposed=False))
+                 merge_without_transpose=run(merge_transposed=False), softmax_over_queries=run(dim=-2))
