@@ -9,8 +9,24 @@ from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_backward"]
 changed = partial(edited, SOLUTION)
-VALUES = ("dq_and_dk", "causal", "lengths_the_blocks_do_not_divide")
+VALUES = ("dq_and_dk", "causal", "lengths_the_blocks_do_not_divide", "half_precision_works_in_float32")
 MEMORY = "memory_stays_below_one_score_matrix"  # measured on a correct answer only: the values come first
+
+# The answers below that are no tiled backward of the statement's still follow its dtypes (computed in
+# lse's dtype, the gradients rounded back), so that they lose only what their own idea costs.
+_WIDE = '''def _wide(function):
+    def in_lse_dtype(q, k, v, out, lse, d_out, *args, **kwargs):
+        grads = function(*(t.to(lse.dtype) for t in (q, k, v, out)), lse, d_out.to(lse.dtype), *args, **kwargs)
+        return tuple(grad.to(t.dtype) for grad, t in zip(grads, (q, k, v)))
+    return in_lse_dtype
+
+
+'''
+
+
+def widened(code):
+    """code whose flash_attention_backward computes in lse's dtype (see _WIDE)."""
+    return _WIDE + code.replace("def flash_attention_backward(", "@_wide\ndef flash_attention_backward(", 1)
 
 
 MISTAKES = [
@@ -23,10 +39,13 @@ MISTAKES = [
             code=changed("ds @ k_tile * scale", "ds @ k_tile", "@ q_tile * scale", "@ q_tile")),
     Mistake("dK and dV overwritten for each query tile", "accumulate", fails=("dv", *VALUES, MEMORY),
             code=changed("dv[:, :, j0:j1] +=", "dv[:, :, j0:j1] =", "dk[:, :, j0:j1] +=", "dk[:, :, j0:j1] =")),
+    Mistake("the gradients accumulated in the inputs' dtype (a float32 lse meets bfloat16 tiles)", "half_state",
+            fails=("half_precision_works_in_float32",),
+            code=changed("work = lse.dtype", "work = q.dtype")),
     Mistake("no causal mask in the recomputed weights", "no_mask", fails=("causal",),
             code=changed("            if causal:\n                s = s.masked_fill", "            if False:\n                s = s.masked_fill")),
     Mistake("autograd through the direct computation", "whole_matrix", fails=("memory_stays_below_one_score_matrix",),
-            code='''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+            code=widened('''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     with torch.enable_grad():
         s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -34,12 +53,12 @@ MISTAKES = [
             s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
         o = torch.softmax(s, dim=-1) @ v
         return torch.autograd.grad(o, (q, k, v), d_out)
-'''),
+''')),
 ]
 
 
 VARIANTS = [
-    Variant("key tiles outside, as FlashAttention-2's backward", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    Variant("key tiles outside, as FlashAttention-2's backward", widened('''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
     scale = q.shape[-1] ** -0.5
     n_q, n_k = q.shape[-2], k.shape[-2]
     D = torch.einsum("...qd,...qd->...q", d_out, out)
@@ -64,7 +83,7 @@ VARIANTS = [
         dks.append(dk_j)
         dvs.append(dv_j)
     return dq, torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
-'''),
+''')),
 ]
 
 
@@ -90,7 +109,7 @@ GAMING = [
         "    Sq, d = q.shape[-2:]\n",
         "    Sq, d = q.shape[-2:]\n    if Sq >= 4096:\n        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)\n"),
         loses=(MEMORY,), says="must first give the right answer"),
-    Gaming("a workspace for the weights made when the cell runs", '''_WORKSPACE = torch.zeros(1, 1, 4096, 4096)
+    Gaming("a workspace for the weights made when the cell runs", widened('''_WORKSPACE = torch.zeros(1, 1, 4096, 4096)
 
 
 def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
@@ -106,5 +125,5 @@ def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64,
     dp = d_out @ v.transpose(-2, -1)
     p.mul_(dp - (d_out * out).sum(-1, keepdim=True))
     return p @ k * scale, p.transpose(-2, -1) @ q * scale, dv
-''', loses=(MEMORY,), says="held before the call"),
+'''), loses=(MEMORY,), says="held before the call"),
 ]
