@@ -97,8 +97,13 @@ def _student_kit(args, course):
 
 def _gradescope_zip(args, course):
     from autograder.kits import build_gradescope
-    archive = build_gradescope(course, course.assignment(args.assignment), Path(args.out))
-    print(f"Gradescope autograder: {archive} (upload it as the assignment's autograder)")
+    from autograder.kits import IMAGES
+    archive, pythons = build_gradescope(course, course.assignment(args.assignment), Path(args.out))
+    images = ", ".join(f"{IMAGES[python]} (Python {python})" for python in pythons)
+    print(f"Gradescope autograder: {archive} (upload it as the assignment's autograder; base image: {images})")
+    if len(pythons) < len(IMAGES):
+        print(f"  its packages have no build for Python {', '.join(sorted(set(IMAGES) - set(pythons)))}: "
+              "setup.sh refuses those images")
     return 0
 
 

@@ -99,7 +99,8 @@ class Course:
     github: dict = field(default_factory=dict)  # grading on push: organization, repository_prefix
     path: Path = None                           # the course.yml this was loaded from
     slurm: dict = field(default_factory=dict)   # grade-slurm: partition, account, time, mem, sbatch_options
-    torch_index_url: str = ""       # Gradescope: an extra index with PyTorch's CPU-only wheels
+    torch_index_url: str = ""       # an extra index with PyTorch's CPU-only wheels (student kit, Gradescope)
+    ai_policy: Path = None          # the student kit's rules for AI assistants (AGENTS.md, CLAUDE.md); None: none
     released: tuple = None          # course.yml's explicit list of released assignments, if given
 
     def visibility(self):
@@ -242,6 +243,9 @@ def load_course(path=None):
         raise CourseError(f"late_policy: {error}") from None
     github = raw.get("github") or {}
     gradescope = raw.get("gradescope") or {}
+    torch_index_url = str(raw.get("torch_index_url") or gradescope.get("torch_index_url") or "")
+    ai_policy = raw.get("ai_policy")
+    ai_policy = None if ai_policy in (None, "none") else path.parent / str(ai_policy)   # the kit checks it
     released = raw.get("released")
     if released is not None:
         if not isinstance(released, list) or not all(isinstance(item, str) for item in released):
@@ -255,4 +259,4 @@ def load_course(path=None):
     return Course(released=released, github={key: str(value) for key, value in github.items()},
                   path=path, slurm=_slurm_settings(raw.get("slurm") or {}), name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
                   limits=default_limits, late_policy=late_policy,
-                  torch_index_url=str(gradescope.get("torch_index_url") or ""))
+                  torch_index_url=torch_index_url, ai_policy=ai_policy)

@@ -51,9 +51,11 @@ def pinned(course, names):
 
 def student_requirements(course, assignments=()):
     """The student kit's requirements: what every notebook needs, and what the given assignments add
-    (course.yml's `packages`, e.g. triton for the kernel track), pinned as the course pins them."""
+    (course.yml's `packages`, e.g. triton for the kernel track), pinned as the course pins them; first
+    the index of torch's CPU build where course.yml names one (`torch_index_url`)."""
     extra = [name for assignment in assignments for name in assignment.packages]
-    return "".join(line + "\n" for line in pinned(course, [*STUDENT_PACKAGES, *dict.fromkeys(extra)]))
+    index = [f"--extra-index-url {course.torch_index_url}"] if course.torch_index_url else []
+    return "".join(line + "\n" for line in [*index, *pinned(course, [*STUDENT_PACKAGES, *dict.fromkeys(extra)])])
 
 
 def extra_packages(course, assignments):
@@ -65,6 +67,18 @@ def extra_packages(course, assignments):
     return ("\n" + "; ".join(needs) + " (in requirements.txt)."
             + (" That package is built for Linux only: on macOS or Windows, work in WSL, on a Linux machine or in "
                "a hosted notebook." if linux else ""))
+
+
+# The kit README's sentences on what course.yml's torch_index_url and ai_policy put in the kit.
+TORCH_INDEX_SENTENCE = (
+    "\n\n`requirements.txt` starts with the index of PyTorch's CPU-only build: the install downloads about\n"
+    "190 MB for torch, not the 2.3 GB of the CUDA build and its libraries. For the Triton track on a Linux\n"
+    "machine with an NVIDIA GPU, delete that first line before installing: pip then takes the CUDA build of\n"
+    "the same torch version, and the kernel notebook runs its kernels on the GPU.")
+AI_POLICY_SENTENCE = (
+    "\n\n## AI assistants\n\n`AGENTS.md` (the same text as `CLAUDE.md`) holds the course's rules for AI assistants: they\n"
+    "may explain, review your code and suggest checks, never write your answers. Coding assistants read it\n"
+    "from this folder; read it too, it is the course's policy.")
 
 
 def assignments_table(assignments):
@@ -80,6 +94,9 @@ def build_student_kit(course, folder, moment=None):
     it; returns (the zip's path, the assignments in it)."""
     folder = Path(folder)
     chosen = kit_assignments(course, moment or now())  # refuses before anything is written
+    if course.ai_policy and not course.ai_policy.is_file():
+        raise CourseError(f"ai_policy: {course.ai_policy} is not a file (name one in course.yml, or write "
+                          "`ai_policy: none`)")
     missing = [str(course.release_notebook(a, nb).relative_to(course.root)) for a in chosen for nb in a.notebooks
                if not course.release_notebook(a, nb).is_file()]
     if missing:
@@ -95,8 +112,13 @@ def build_student_kit(course, folder, moment=None):
     pins = _pins(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))
+    readme = readme.replace("{torch_index}", TORCH_INDEX_SENTENCE if course.torch_index_url else "")
+    readme = readme.replace("{ai_policy}", AI_POLICY_SENTENCE if course.ai_policy else "")
     (folder / "README.md").write_text(readme.replace("{course}", course.name))
     (folder / "requirements.txt").write_text(student_requirements(course, chosen))
+    if course.ai_policy:   # one text, under the two names coding assistants look for
+        for name in ("AGENTS.md", "CLAUDE.md"):
+            shutil.copyfile(course.ai_policy, folder / name)
     shutil.copyfile(KIT_FILES / "self_check.py", folder / "self_check.py")
     workflow = folder / ".github" / "workflows" / "self-check.yml"
     workflow.parent.mkdir(parents=True)
@@ -149,8 +171,30 @@ def one_assignment(course_yml, assignment):
             + yaml.safe_dump(raw, sort_keys=False)).encode()
 
 
+# Gradescope's images and their Python (setup.sh installs the lock of the image's own python3).
+IMAGES = {"3.10": "Ubuntu 22.04", "3.11": "Debian 12", "3.12": "Ubuntu 24.04"}
+
+
+def gradescope_pythons(pins):
+    """The Pythons of IMAGES on which every one of `pins` installs (kit/gradescope/pythons.yml, which
+    `python -m tests.gradescope_locks` writes)."""
+    table = yaml.safe_load((KIT_FILES / "gradescope" / "pythons.yml").read_text()) or {}
+    unknown = [pin for pin in pins if pin not in table]
+    if unknown:
+        raise CourseError(f"autograder/kit/gradescope/pythons.yml does not say where {unknown[0]} installs: "
+                          "run `python -m tests.gradescope_locks`")
+    return [python for python in IMAGES if all(python in table[pin] for pin in pins)]
+
+
 def build_gradescope(course, assignment, archive):
+    """Write Gradescope's autograder.zip for `assignment`; returns (the zip's path, the Pythons of the
+    images it installs on)."""
     archive = Path(archive)
+    pins = pinned(course, assignment.packages)
+    pythons = gradescope_pythons(pins)
+    if not pythons:
+        raise CourseError(f"{assignment.id}: {', '.join(pins)} installs on none of Gradescope's images "
+                          f"(Python {', '.join(IMAGES)})")
     archive.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
         for source, name in gradescope_files(course, assignment):
@@ -168,6 +212,7 @@ def build_gradescope(course, assignment, archive):
         if course.torch_index_url:
             handle.writestr("torch-index.txt", course.torch_index_url + "\n")
         if assignment.packages:   # what this assignment adds to grading (setup.sh installs it after the lock)
-            handle.writestr("packages.txt", "".join(line + "\n" for line in pinned(course, assignment.packages)))
+            handle.writestr("packages.txt", "".join(line + "\n" for line in pins))
+            handle.writestr("pythons.txt", " ".join(pythons) + "\n")   # setup.sh refuses another image
         handle.writestr("assignment.txt", assignment.id + "\n")
-    return archive
+    return archive, pythons

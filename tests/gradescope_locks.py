@@ -9,6 +9,12 @@ only: nothing is installed), keeping the course's own pins wherever they fit, an
 autograder/kit/gradescope/requirements-<python>.txt; setup.sh installs the one of the image's Python.
 tests/test_delivery.py resolves each lock again for its Python.
 
+What an assignment adds (course.yml's `packages`, e.g. Triton for the kernel track) is pinned by the
+course's requirements.txt and may have no build for some of these Pythons (triton 3.9.0 has none for
+3.10). The same script writes autograder/kit/gradescope/pythons.yml: for each such pin, the Pythons it
+resolves on. `make gradescope` reads it, so that a zip says which images it installs on and setup.sh
+refuses the others with one line.
+
 torch is locked at the course's version and resolved on its own, without its dependencies: on
 Gradescope it comes from PyTorch's CPU-only index (course.yml's gradescope.torch_index_url), whose
 wheels need only the packages listed here (filelock ... fsspec), not the CUDA libraries of PyPI's.
@@ -71,6 +77,27 @@ def lock(python):
         raise RuntimeError(f"Python {python}: {error_of(process)}")
 
 
+PACKAGE_PYTHONS = LOCKS / "pythons.yml"
+
+
+def package_pythons():
+    """{pin: [the Pythons of PYTHONS it resolves on]} for every package an assignment of course.yml adds."""
+    from autograder.course import load_course
+    from autograder.kits import pinned
+    course = load_course()
+    pins = sorted({pin for assignment in course.assignments for pin in pinned(course, assignment.packages)})
+    return {pin: [short for short, python in PYTHONS.items() if pip_for(python, pin).returncode == 0] for pin in pins}
+
+
+def write_package_pythons():
+    import yaml
+    table = package_pythons()
+    PACKAGE_PYTHONS.write_text("# The Pythons of Gradescope's images on which each package an assignment adds installs\n"
+                               "# (python -m tests.gradescope_locks resolves them; make gradescope reads this file).\n"
+                               + yaml.safe_dump(table, sort_keys=True))
+    print(f"wrote {PACKAGE_PYTHONS.relative_to(ROOT)} ({len(table)} package(s))")
+
+
 def write_locks():
     for short, python in PYTHONS.items():
         pins = lock(python)
@@ -83,3 +110,4 @@ def write_locks():
 
 if __name__ == "__main__":
     write_locks()
+    write_package_pythons()

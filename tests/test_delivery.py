@@ -197,6 +197,27 @@ def test_student_kit_has_notebooks_readme_requirements_and_workflow(kit):
     assert (kit / ".github" / "workflows" / "self-check.yml").is_file() and (kit / "self_check.py").is_file()
 
 
+def test_the_kit_takes_torchs_cpu_build_and_carries_the_ai_policy(kit, tmp_path):
+    """requirements.txt names course.yml's index of CPU wheels first (pip prefers its 2.13.0+cpu to
+    PyPI's CUDA build), the README says how to take the CUDA build instead; AGENTS.md and CLAUDE.md are
+    course.yml's policy, named in the README. A course without either has neither."""
+    from autograder.kits import build_student_kit
+    assert COURSE.torch_index_url.endswith("/cpu")
+    requirements = (kit / "requirements.txt").read_text().splitlines()
+    assert requirements[0] == f"--extra-index-url {COURSE.torch_index_url}"
+    readme = (kit / "README.md").read_text()
+    assert "delete that first line before installing" in readme and "CUDA build" in readme
+    policy = COURSE.ai_policy.read_text()
+    assert "You must not" in policy and (kit / "AGENTS.md").read_text() == policy == (kit / "CLAUDE.md").read_text()
+    assert "`AGENTS.md`" in readme and "never write your answers" in readme
+    plain = dataclasses.replace(COURSE, torch_index_url="", ai_policy=None)
+    build_student_kit(plain, tmp_path / "kit", COURSE.assignments[-1].release)
+    assert not (tmp_path / "kit" / "AGENTS.md").exists() and not (tmp_path / "kit" / "CLAUDE.md").exists()
+    assert (tmp_path / "kit" / "requirements.txt").read_text().startswith("torch==")
+    assert "AGENTS.md" not in (tmp_path / "kit" / "README.md").read_text()
+    assert "{" not in (tmp_path / "kit" / "README.md").read_text().replace("{torch}", "")
+
+
 # -- Gradescope --------------------------------------------------------------------------------
 
 def test_the_gradescope_lock_of_each_python_resolves(tmp_path):
@@ -253,15 +274,47 @@ def autograder_tree(tmp_path_factory):
 
 
 def test_gradescope_zip_of_the_kernel_track_adds_triton_and_only_its_suites(tmp_path):
+    from autograder.kits import pinned
     process = run_grader("gradescope-zip", "--assignment", "triton_attention", "--out", tmp_path / "autograder.zip")
     assert process.returncode == 0, process.stderr
+    assert "base image: Debian 12 (Python 3.11), Ubuntu 24.04 (Python 3.12)" in process.stdout
+    assert "no build for Python 3.10: setup.sh refuses those images" in process.stdout
     with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
         names = archive.namelist()
         packages = archive.read("packages.txt").decode()
-    assert packages == 'triton==3.9.0; sys_platform == "linux"\n'
+        pythons = archive.read("pythons.txt").decode().split()
+    assert packages.splitlines() == pinned(COURSE, COURSE.assignment("triton_attention").packages)
+    assert pythons == ["3.11", "3.12"]
     suites = sorted(name.rsplit("/", 1)[1] for name in names if name.startswith("autograder/suites/test_"))
-    assert suites == ["test_flash_kernel.py", "test_kernel_autograd.py", "test_kernel_roofline.py",
-                      "test_softmax_kernel.py"]
+    assert suites == sorted(exercise.suite.name for exercise in COURSE.assignment("triton_attention").exercises)
+
+
+def test_every_zips_packages_install_on_the_pythons_it_names_and_no_other(tmp_path):
+    """For each assignment that adds packages: pip's resolver installs packages.txt on each Python the
+    zip names (pythons.txt) and finds nothing on the others, so setup.sh's refusal is the truth."""
+    from autograder.kits import IMAGES, build_gradescope
+    for assignment in (a for a in COURSE.assignments if a.packages):
+        archive, pythons = build_gradescope(COURSE, assignment, tmp_path / f"{assignment.id}.zip")
+        with zipfile.ZipFile(archive) as handle:
+            (tmp_path / "packages.txt").write_bytes(handle.read("packages.txt"))
+            assert handle.read("pythons.txt").decode().split() == pythons
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            resolved = dict(zip(IMAGES, pool.map(
+                lambda short: pip_for(PYTHONS[short], "-r", str(tmp_path / "packages.txt")).returncode == 0, IMAGES)))
+        assert [short for short, ok in resolved.items() if ok] == pythons, assignment.id
+
+
+def test_gradescope_setup_refuses_an_image_whose_python_the_packages_lack(tmp_path):
+    process = run_grader("gradescope-zip", "--assignment", "triton_attention", "--out", tmp_path / "autograder.zip")
+    assert process.returncode == 0, process.stderr
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
+        archive.extractall(tmp_path / "tree" / "source")
+    python310 = 'case "$2" in *print*) echo 3.10 ;; *) exit 0 ;; esac'   # Ubuntu 22.04's python3, as setup.sh asks it
+    process, apt = run_setup(tmp_path / "tree", tmp_path, {"python3": python310, "bwrap": "echo bwrap ran >&2"})
+    assert process.returncode != 0
+    assert process.stderr.strip() == ("setup.sh: triton==3.9.0 has no build for this image's Python 3.10: choose an "
+                                      "image with Python 3.11 or 3.12 (Debian 12: 3.11, Ubuntu 24.04: 3.12)")
+    assert "install -y -qq python3" in apt   # what ran before: the image's own Python, nothing of the course
 
 
 def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdout=None):

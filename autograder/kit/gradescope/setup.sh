@@ -16,6 +16,11 @@ apt-get update -qq
 apt-get install -y -qq python3 python3-venv bubblewrap util-linux >/dev/null
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
   fail "this image's python3 is $(python3 -V 2>&1); the grader needs Python 3.10 or newer (choose Ubuntu 22.04 or later)"
+version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+# pythons.txt (written by `make gradescope`): the Pythons on which this assignment's packages install.
+if [ -s pythons.txt ] && ! grep -qw -- "$version" pythons.txt; then
+  fail "$(sed 's/;.*//' packages.txt | paste -sd ' ') has no build for this image's Python $version: choose an image with Python $(sed 's/ / or /g' pythons.txt) (Debian 12: 3.11, Ubuntu 24.04: 3.12)"
+fi
 # The sandbox's first step, before minutes of installing: user namespaces must be allowed here.
 if ! reason="$(bwrap --unshare-all --ro-bind / / true 2>&1)"; then
   fail "the grader cannot run on this image: the sandbox (bubblewrap) cannot start: $(echo "$reason" | tail -n 1)"
@@ -30,7 +35,6 @@ fi
 index=()
 if [ -s torch-index.txt ]; then index=(--extra-index-url "$(cat torch-index.txt)"); fi
 # One lock per Python of Gradescope's images (python -m tests.gradescope_locks writes them).
-version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ -f "requirements-$version.txt" ] ||
   fail "no package lock for Python $version here (requirements-3.10/3.11/3.12.txt): choose Ubuntu 22.04, Debian 12 or Ubuntu 24.04"
 "$root/venv/bin/python" -m pip install --quiet "${index[@]}" -r "requirements-$version.txt"
