@@ -260,7 +260,7 @@ def _lms_push(args, course):
     from autograder.gradebook import exists
     from autograder.layout import Layout
     platform = lti.load_platform(args.config)
-    key = lti.read_private_key(platform.private_key, course.root)
+    key = None if args.dry_run else lti.read_private_key(platform.private_key, course.root)
     layout = Layout(args.out)
     if not layout.results.is_dir():
         raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
@@ -268,18 +268,22 @@ def _lms_push(args, course):
         course.assignment(assignment)
     results = classroom.publish(course, layout, args.db if exists(args.db) else None)
     scores = lti.final_scores(course, results, args.assignment)
-    outcome = lti.push(course, platform, key, scores, lms.read_roster(args.roster), layout.out,
-                       dry_run=args.dry_run, force=args.force)
+    roster = lms.read_roster(args.roster)
+    if args.dry_run:   # the roster and the state file only: no network
+        outcome = lti.dry_run(course, scores, roster, layout.out, force=args.force)
+        print(f"Would send {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the "
+              "last push. (A dry run asks the LMS nothing: roster rows it does not know as learners, and line items "
+              "it lacks, show at the real push.)")
+        return 0
+    outcome = lti.push(course, platform, key, scores, roster, layout.out, force=args.force)
     ambiguous = [(student, why) for student, why in outcome.refused if "ambiguous" in why]
     for student, why in outcome.refused:
         print(f"{student}: not sent ({why})", file=sys.stderr if (student, why) in ambiguous else sys.stdout)
     for student, assignment, why in outcome.failed:
         print(f"{student}/{assignment}: not sent: {why}" if student else f"the push stopped: {why}", file=sys.stderr)
-    verb = "Would send" if args.dry_run else "Sent"
-    print(f"{verb} {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the last "
+    print(f"Sent {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the last "
           f"push{' (FORCE=1 sends them again)' if outcome.unchanged else ''}"
-          + (f"; line items {'to create' if args.dry_run else 'created'}: {', '.join(outcome.created)}"
-             if outcome.created else "") + ".")
+          + (f"; line items created: {', '.join(outcome.created)}" if outcome.created else "") + ".")
     if outcome.failed or ambiguous:
         print(f"{len(outcome.failed) + len(ambiguous)} not sent: run the same command again once fixed "
               "(only what was not sent goes).", file=sys.stderr)

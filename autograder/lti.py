@@ -329,14 +329,40 @@ def final_scores(course, results, assignments=None):
             for a in chosen}
 
 
-def push(course, platform, private_key, scores, roster, out, *, dry_run=False, force=False, say=print):
-    """Send `scores` (final_scores) for the roster's learners; the Outcome.  What was sent is kept in
-    <out>/lms-pushed.json (not on a dry run)."""
+def read_state(out):
+    """What earlier pushes sent ({assignment: {student: record}}); {} when none or unreadable."""
     state_path = Path(out) / STATE
     try:
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        return json.loads(state_path.read_text()) if state_path.exists() else {}
     except ValueError:
-        state = {}
+        return {}
+
+
+def dry_run(course, scores, roster, out, *, force=False, say=print):
+    """What a push would send, from the roster and the state file alone: no network, nothing written.
+    Every roster row is listed (which of them the LMS knows as learners, and which line items it
+    lacks, only the real push can ask); a score the last push sent unchanged is counted, not listed."""
+    state = read_state(out)
+    outcome = Outcome()
+    for assignment_id, by_student in scores.items():
+        maximum = course.assignment(assignment_id).max_score
+        for student in sorted(roster):
+            given, points = by_student.get(student, (0.0, maximum))
+            before = state.get(assignment_id, {}).get(student)
+            if not force and before and (before.get("score"), before.get("max")) == (given, points):
+                outcome.unchanged += 1
+                continue
+            was = f"was {before['score']:g}" if before else "not pushed before"
+            say(f"would send {student} {assignment_id}: {given:g} / {points:g} ({was})")
+            outcome.sent.append((student, assignment_id, given))
+    return outcome
+
+
+def push(course, platform, private_key, scores, roster, out, *, force=False):
+    """Send `scores` (final_scores) for the roster's learners; the Outcome.  What was sent is kept in
+    <out>/lms-pushed.json (dry_run above says what would go, without the network)."""
+    state_path = Path(out) / STATE
+    state = read_state(out)
     outcome = Outcome()
     connection = Connection(platform, private_key)
     try:
@@ -352,21 +378,14 @@ def push(course, platform, private_key, scores, roster, out, *, dry_run=False, f
             item = items.get(assignment_id)
             if item is None:
                 outcome.created.append(assignment_id)
-                if dry_run:
-                    say(f"would create the line item {assignment_id} ({assignment.max_score:g} points)")
-                else:
-                    item = connection.request("POST", platform.lineitems_url, accept=LINEITEM, content_type=LINEITEM,
-                                              body={"label": assignment.title, "scoreMaximum": assignment.max_score,
-                                                    "resourceId": assignment_id, "tag": assignment_id}).json()
+                item = connection.request("POST", platform.lineitems_url, accept=LINEITEM, content_type=LINEITEM,
+                                          body={"label": assignment.title, "scoreMaximum": assignment.max_score,
+                                                "resourceId": assignment_id, "tag": assignment_id}).json()
             for student, user in sorted(mapped.items()):
                 given, maximum = by_student.get(student, (0.0, assignment.max_score))
-                record = {"user": user, "score": given, "max": maximum, "line_item": item["id"] if item else ""}
+                record = {"user": user, "score": given, "max": maximum, "line_item": item["id"]}
                 if not force and state.get(assignment_id, {}).get(student) == record:
                     outcome.unchanged += 1
-                    continue
-                if dry_run:
-                    say(f"would send {student} ({user}) {assignment_id}: {given:g} / {maximum:g}")
-                    outcome.sent.append((student, assignment_id, given))
                     continue
                 score = {"userId": user, "scoreGiven": given, "scoreMaximum": maximum,
                          "activityProgress": "Completed", "gradingProgress": "FullyGraded",

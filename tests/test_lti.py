@@ -134,13 +134,29 @@ def test_only_changed_scores_go_again_a_manual_score_and_a_late_penalty(platform
     assert len(push(platform, key, course_copy, "--force").stdout.split("Sent 8 score(s)")) == 2
 
 
-def test_a_dry_run_sends_nothing(platform, key, course_copy):
-    process = push(platform, key, course_copy, "--dry-run")
+def test_a_dry_run_needs_no_network_and_says_what_would_go(platform, key, course_copy):
+    """A dry run reads the roster and the state file only: the platform hears nothing, even with the
+    key missing; it lists every roster row, then, after a push, only what changed."""
+    out, db, _ = course_copy
+    process = push(platform, (out / "no-such-key.pem", key[1]), course_copy, "--dry-run")
     assert process.returncode == 0, process.stderr
-    assert "would create the line item masks (22 points)" in process.stdout
-    assert "would send ada_perfect (lms-ada_perfect) masks: 22 / 22" in process.stdout
-    assert platform.scores == [] and platform.lineitems == {}
-    assert not (course_copy[0] / "lms-pushed.json").exists()
+    assert "would send ada_perfect masks: 22 / 22 (not pushed before)" in process.stdout
+    assert "would send yan_dropped masks: 0 / 22 (not pushed before)" in process.stdout
+    rows = (len(STUDENTS) + 2) * len(ASSIGNMENTS)
+    assert f"Would send {rows} score(s) to https://lms.example.edu; 0 unchanged since the last push." in process.stdout
+    assert platform.log == [] and platform.token_requests == [] and platform.scores == []
+    assert not (out / "lms-pushed.json").exists()
+    assert push(platform, key, course_copy).returncode == 0
+    heard = len(platform.log)
+    with Gradebook(db) as gradebook:
+        grade = gradebook.find_submission("masks", "ada_perfect").notebooks[0].grades[0]
+        grade.manual_score = (grade.auto_score or 0) - 2
+        gradebook.db.commit()
+    again = push(platform, key, course_copy, "--dry-run")
+    assert "would send ada_perfect masks: 20 / 22 (was 22)" in again.stdout
+    sent = len(STUDENTS) * len(ASSIGNMENTS)
+    assert f"Would send {rows - sent + 1} score(s)" in again.stdout and f"{sent - 1} unchanged" in again.stdout
+    assert len(platform.log) == heard
 
 
 def test_faults_retried_where_it_helps_and_one_line_per_student_otherwise(platform, key, course_copy):
