@@ -1,4 +1,13 @@
-"""Command line: python -m autograder {grade, grade-class, grade-slurm, merge, report, release} ..."""
+"""Command line: python -m autograder COMMAND ...; `--help` on each says more.
+
+    grading       grade (one notebook), grade-class, merge (shards), grade-slurm, k8s-manifests,
+                  gradescope (inside Gradescope's image), report, manual-score
+    delivery      release, student-kit, gradescope-zip, collect-push, post-push
+    the LMS       export-lms, lms-keys, lms-push
+    authoring     new-exercise
+
+Each command parses its arguments, calls one function of the package and prints what it gave.
+"""
 
 import argparse
 import json
@@ -15,6 +24,7 @@ from autograder.sandbox.jail import SandboxUnavailable, probe
 
 
 def _grade(args, course):
+    from autograder import render
     from autograder.grading import grade_one
     from autograder.render import write_gradescope
 
@@ -36,6 +46,17 @@ def _grade(args, course):
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
         write_gradescope(result, Path(args.json), course.visibility())
+    for notebook in result.notebooks:   # one line per exercise; the score stays the last line (setup.sh reads it)
+        for section in render.sections(notebook):
+            failed = [test.test for group, _, _ in section.groups if not section.passed(group) for test in group]
+            print(f"  {section.exercise}: {section.score:g} / {section.max_score:g}"
+                  + (f", failed: {', '.join(failed)}" if failed else ""))
+    if args.feedback:
+        page = render.html_page(result) if args.feedback.endswith(".html") else render.markdown(result)
+        Path(args.feedback).write_text(page)
+        print(f"  the student's feedback: {args.feedback}")
+    else:
+        print("  (--feedback feedback.md, or .html, writes the feedback a student would get)")
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0
 
@@ -299,6 +320,21 @@ def _report(args, course):
     return 0
 
 
+def _manual_score(args, course):
+    from autograder.gradebook import set_manual_score
+    assignment = course.assignment(args.assignment)
+    exercise = next((e for e in assignment.exercises if e.id == args.exercise), None)
+    if exercise is None:
+        raise CourseError(f"{args.exercise} is no exercise of {assignment.id} "
+                          f"({', '.join(e.id for e in assignment.exercises)})")
+    score = None if args.clear else args.score
+    automatic, points = set_manual_score(args.db, assignment, exercise, args.student, score)
+    said = "cleared: the automatic score counts" if score is None else f"set to {score:g}"
+    print(f"{args.student}/{assignment.id} {exercise.id}: automatic {automatic:g} / {points:g}, by hand {said}. "
+          f"`make grade` puts it into grades.csv and the feedback (nothing is graded again).")
+    return 0
+
+
 def _release(args, course):
     from autograder.release import release
     release(course, args.assignment)
@@ -322,13 +358,15 @@ def _add_selection(command):
 
 
 def parser():
-    main = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    main = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     main.add_argument("--course", default=None, help="path to course.yml (default: the repository's)")
     commands = main.add_subparsers(dest="command", required=True)
 
     grade = commands.add_parser("grade", help="grade one notebook; print the score, write results.json")
     grade.add_argument("--assignment", required=True)
     grade.add_argument("--json", help="where to write Gradescope's results.json")
+    grade.add_argument("--feedback", help="where to write the student's feedback (.md, or .html)")
     grade.add_argument("--student", default="student")
     grade.add_argument("notebook")
     grade.set_defaults(run=_grade)
@@ -451,6 +489,17 @@ def parser():
     new.add_argument("--title", default=None)
     new.add_argument("--notebook", default=None, help="the notebook (default: named as the assignment)")
     new.set_defaults(run=_new_exercise)
+
+    manual = commands.add_parser("manual-score", help="set one exercise's score by hand in nbgrader's gradebook "
+                                 "(what formgrader's score box does)")
+    manual.add_argument("--assignment", required=True)
+    manual.add_argument("--student", required=True)
+    manual.add_argument("--exercise", required=True, help="an exercise id of the assignment (course.yml)")
+    points = manual.add_mutually_exclusive_group(required=True)
+    points.add_argument("--score", type=float, help="the exercise's points, replacing the automatic ones")
+    points.add_argument("--clear", action="store_true", help="remove the manual score")
+    manual.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    manual.set_defaults(run=_manual_score)
 
     release = commands.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader")
     release.add_argument("--assignment", action="append")

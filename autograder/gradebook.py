@@ -166,6 +166,25 @@ def record(gradebook, course, result, folder, autograded_root, policy):
     gradebook.db.commit()
 
 
+def set_manual_score(db_url, assignment, exercise, student, score):
+    """Set (or, with score None, clear) the manual score of one exercise of one submission in nbgrader's
+    gradebook, as formgrader's score box does: on the exercise's autograded cell (check_<id>), so
+    formgrader, `nbgrader export` and the next publish show it.  Returns (automatic points, points).
+    CourseError (one line) when the gradebook has no such graded submission."""
+    notebook = next(nb.name for nb in assignment.notebooks if exercise in nb.exercises)
+    with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
+        warnings.simplefilter("ignore", SAWarning)
+        try:
+            grade = gradebook.find_grade(exercise.check_cell, notebook, assignment.id, student)
+        except MissingEntry:
+            raise CourseError(f"the gradebook has no graded {assignment.id} of {student} (grade it first)") from None
+        if score is not None and not 0 <= score <= exercise.max_score:
+            raise CourseError(f"{exercise.id} is worth 0 to {exercise.max_score:g} points, not {score:g}")
+        grade.manual_score = score
+        gradebook.db.commit()
+        return grade.auto_score or 0.0, exercise.max_score
+
+
 def apply_manual_grading(db_url, results):
     """Give each result what nbgrader's gradebook holds beyond the automatic points: the manual
     scores set in formgrader and the late penalty, so that grades.csv, the wide export, the

@@ -60,15 +60,24 @@ def sections(notebook):
             for exercise, tests in notebook.by_exercise().items()]
 
 
+def headline(result):
+    """The score every rendering of the feedback leads with: the final one (grades.csv's final_score),
+    with what it is made of when a manual score or a late penalty changed it."""
+    parts = [f"automatic {result.score:g}"] if result.manual or result.late_penalty else []
+    parts += [f"by hand {result.manual:+g}"] if result.manual else []
+    parts += [f"late {-result.late_penalty:+g}"] if result.late_penalty else []
+    return f"Score: {result.final_score:g} / {result.max_score:g}" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def summary(result):
     """The sentences under the score in every rendering of the feedback."""
     lines = []
     if result.manual:
-        lines.append(f"Your instructor's grading by hand changes the score by {result.manual:+g} points, "
-                     f"to {result.score + result.manual:g}.")
+        lines.append(f"Your instructor's grading by hand changes the automatic score of {result.score:g} by "
+                     f"{result.manual:+g} points.")
     if result.late_penalty:
         lines.append(f"Handed in {result.seconds_late / 3600:.1f} hours after the due date: the late policy "
-                     f"takes {result.late_penalty:g} points, so the final score is {result.final_score:g}.")
+                     f"takes {result.late_penalty:g} points.")
     return lines
 
 
@@ -77,7 +86,7 @@ def summary(result):
 def markdown(result):
     """Markdown for the student: what passed, what failed and why; no hidden code or values."""
     lines = [f"# Feedback: {result.assignment}", "",
-             f"**Score: {result.score:g} / {result.max_score:g}**", ""]
+             f"**{headline(result)}**", ""]
     for sentence in summary(result):
         lines += [sentence, ""]
     for notebook in result.notebooks:
@@ -103,7 +112,7 @@ def html_page(result):
     """The same feedback as one standalone HTML page, with the pictures inline."""
     esc = html.escape
     parts = [f"<h1>Feedback: {esc(result.assignment)}</h1>",
-             f"<p><strong>Score: {result.score:g} / {result.max_score:g}</strong></p>"]
+             f"<p><strong>{esc(headline(result))}</strong></p>"]
     parts += [f"<p>{esc(sentence)}</p>" for sentence in summary(result)]
     for notebook in result.notebooks:
         parts.append(f"<h2>{esc(notebook.notebook)}.ipynb ({notebook.score:g} / {notebook.max_score:g})</h2>")
@@ -229,7 +238,8 @@ def class_report(chosen, submitted, db, table=False):
     that changed, the flags for the instructor, the folders that are no submission, who handed
     nothing in, and where the outputs are."""
     results, graded, layout = chosen.results, chosen.graded, chosen.layout
-    parts = ["\n" + summary_table(graded)] if table else []
+    finals = {(result.student, result.assignment): result for result in results}   # manual points and late penalty in
+    parts = ["\n" + summary_table([finals.get((r.student, r.assignment), r) for r in graded])] if table else []
     changed = changes(chosen.before, results)
     parts.append(("\nScores that changed:\n" + "\n".join(changed)) if changed
                  else "\nNo score changed." if chosen.before else "")
@@ -253,10 +263,10 @@ def class_report(chosen, submitted, db, table=False):
 
 
 def summary_table(results):
-    """The console's table of a class run: one row per submission."""
+    """The console's table of a class run: one row per submission, with its final score (grades.csv's)."""
     rows = [("student", "assignment", "score", "status", "seconds")]
     for result in results:
-        rows.append((result.student, result.assignment, f"{result.score:g} / {result.max_score:g}",
+        rows.append((result.student, result.assignment, f"{result.final_score:g} / {result.max_score:g}",
                      result.reason or "graded", f"{result.seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []

@@ -295,3 +295,22 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args, message, tmp_path):
     assert process.returncode == 2
     assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert "Traceback" not in process.stderr
+
+
+def test_one_notebook_graded_says_each_exercise_and_writes_the_feedback(tmp_path):
+    """`grade` on one notebook: a line per exercise of course.yml (with the tests it failed), where the
+    feedback went, and the score as the last line (Gradescope's setup.sh reads it there)."""
+    answers = {key: code for key, code in solution_answers("masks").items() if key != "padding_mask"}
+    notebook = make_submission("masks", answers, tmp_path / "upload")[0]
+    process = run_grader("grade", "--assignment", "masks", notebook, "--feedback", tmp_path / "feedback.html")
+    assert process.returncode == 0, process.stderr
+    lines = process.stdout.splitlines()
+    assignment = COURSE.assignment("masks")
+    padding = next(e for e in assignment.exercises if e.id == "padding_mask")
+    for exercise in assignment.exercises:
+        score = 0 if exercise is padding else exercise.max_score
+        assert any(line.startswith(f"  {exercise.id}: {score:g} / {exercise.max_score:g}") for line in lines), lines
+    assert lines[-2] == f"  the student's feedback: {tmp_path / 'feedback.html'}"
+    assert lines[-1] == f"{assignment.max_score - padding.max_score:g} / {assignment.max_score:g}"
+    page = (tmp_path / "feedback.html").read_text()
+    assert f"Score: {assignment.max_score - padding.max_score:g} / {assignment.max_score:g}" in page

@@ -139,15 +139,24 @@ def test_formgrader_lists_every_submission_autograded_with_the_csv_scores(course
 
 
 def test_a_manual_score_is_in_the_final_scores_from_the_next_run_on(course):
-    """A score changed by hand in formgrader; the next make grade grades nothing again (nothing
-    was handed in) and reports the final score that changed."""
+    """A score changed by hand without a browser (manual-score writes it where formgrader's score box
+    does); the next make grade grades nothing again (nothing was handed in) and reports the final
+    score that changed, in its table too. A wrong exercise or score is one line and changes nothing."""
     db = f"sqlite:///{course / 'gradebook.db'}"
-    with Gradebook(db) as gradebook:
-        grade = gradebook.find_grade("check_padding_mask", "masks", "masks", "ada")
-        grade.manual_score = 3.5
-        gradebook.db.commit()
+    wrong = grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise", "softmax",
+                   "--score", "1", "--db", db, check=False)
+    assert wrong.returncode != 0 and wrong.stderr.count("\n") == 1 and "softmax is no exercise of masks" in wrong.stderr
+    too_much = grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise",
+                      "padding_mask", "--score", "99", "--db", db, check=False)
+    assert too_much.returncode != 0 and "padding_mask is worth 0 to 7 points, not 99" in too_much.stderr
+    nobody = grader(course, "manual-score", "--assignment", "masks", "--student", "zed", "--exercise",
+                    "padding_mask", "--score", "1", "--db", db, check=False)
+    assert nobody.returncode != 0 and "the gradebook has no graded masks of zed" in nobody.stderr
+    done = grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise", "padding_mask",
+                  "--score", "3.5", "--db", db)
+    assert "ada/masks padding_mask: automatic 7 / 7, by hand set to 3.5." in done.stdout
     again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
-                   "--db", db)
+                   "--db", db, "--table")
     assert again.stdout.startswith(f"Nothing to grade; {len(CLASS)} unchanged")
     assert "ada/masks: 22 -> 18.5" in again.stdout
     per_cell, _ = scores(db, "ada")
@@ -264,7 +273,8 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
         assert listed[student] - (penalty or 0) == pytest.approx(final) and results["score"] == pytest.approx(final)
     assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) < 18.5
     feedback = (course / "grading" / "feedback" / "ada" / "masks" / "feedback.md").read_text()
-    assert "changes the score by -3.5 points" in feedback
+    assert f"**Score: {rows['ada']['final_score']} / 22 (automatic {rows['ada']['score']}, by hand -3.5)**" in feedback
+    assert "changes the automatic score of" in feedback and "by -3.5 points" in feedback
 
 
 def test_lms_imports_carry_the_final_scores_for_the_roster_and_everyone_graded(course, tmp_path):
