@@ -169,8 +169,19 @@ def _grade_tasks(course, layout, tasks, report):
             else:
                 result = grader.grade_submission(assignment, task.folder, task.student)
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
+            log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
+                     result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
             report("done", task)
     open_grader(course, body)
+
+
+def start_log(path):
+    """grader.log: the grader's own events with their time (each submission graded, what failed and
+    why); the libraries' chatter (alembic, SQLAlchemy, traitlets) from warnings up only."""
+    logging.basicConfig(filename=path, level=logging.INFO, force=True,
+                        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    for name in ("alembic", "sqlalchemy", "traitlets", "nbgrader"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _work(course, out, tasks, events):
@@ -178,7 +189,7 @@ def _work(course, out, tasks, events):
     once, whatever file it came from): pull tasks until the queue says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     layout = Layout(out, course.visibility())
-    logging.basicConfig(filename=layout.log, level=logging.INFO)
+    start_log(layout.log)
     try:
         _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)))
     except BaseException as error:  # noqa: B902 - reported to the main process, which decides

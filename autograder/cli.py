@@ -11,7 +11,6 @@ Each command parses its arguments, calls one function of the package and prints 
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -178,7 +177,7 @@ def _grade_class(args, course):
     _warn_without_accounting()
     chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
                                      students=args.student, shard=args.shard, force=args.force)
-    logging.basicConfig(filename=chosen.layout.log, level=logging.INFO, force=True)
+    classroom.start_log(chosen.layout.log)
     if not chosen.tasks:
         print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
         return 0

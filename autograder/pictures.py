@@ -39,7 +39,8 @@ class Picture:
 
 
 def png(picture):
-    """The picture as PNG bytes: the weights (with a colour bar) and the rule, side by side."""
+    """The picture as PNG bytes: the weights (with a colour bar; a 0/1 mask in the rule's colours) and
+    the rule, side by side."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -51,10 +52,14 @@ def png(picture):
     rows, columns = weights.shape
     size = (8.6, 3.6 + 0.08 * max(0, rows - 8))
     figure, (left, right) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
-    image = left.imshow(weights, cmap="viridis", vmin=min(0.0, float(np.nanmin(weights))),
-                        vmax=max(1.0, float(np.nanmax(weights))))
-    figure.colorbar(image, ax=left)
-    left.set_title(picture.yours)
+    if np.isin(weights, (0.0, 1.0)).all():   # a mask: drawn as the rule is (white: may attend)
+        left.imshow(weights, cmap="Greys_r", vmin=0, vmax=1)
+        left.set_title(f"{picture.yours} (white: may attend)")
+    else:
+        image = left.imshow(weights, cmap="viridis", vmin=min(0.0, float(np.nanmin(weights))),
+                            vmax=max(1.0, float(np.nanmax(weights))))
+        figure.colorbar(image, ax=left)
+        left.set_title(picture.yours)
     right.imshow(allowed, cmap="Greys_r", vmin=0, vmax=1)
     right.set_title("the rule (white: may attend)")
     where = np.argwhere(leaks)

@@ -115,6 +115,9 @@ def cluster():
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped like Ctrl-C, cluster and all
+    missing = why_not()
+    if missing:   # one line with what to install, not a traceback
+        sys.exit(f"error: {missing}")
     with cluster() as environment:
         print(f"export SLURM_CONF={environment['SLURM_CONF']}   (Ctrl-C stops the cluster)", flush=True)
         try:
