@@ -349,7 +349,7 @@ def test_gradescope_perfect_submission_whatever_its_name(autograder_tree, tmp_pa
     result = run_autograder(autograder_tree, {"Homework 2 (final).ipynb": notebook_bytes(
         tmp_path, solution_answers("scaled_attention"))})
     assert GRADESCOPE_FIELDS <= set(result)
-    assert result["score"] == 16 and all(t["status"] == "passed" for t in result["tests"])
+    assert result["score"] == COURSE.assignment("scaled_attention").max_score and all(t["status"] == "passed" for t in result["tests"])
     assert (result["output_format"], result["test_output_format"]) == ("md", "md")
     assert [t["number"] for t in result["tests"]] == [f"1.{i}" for i in range(1, len(result["tests"]) + 1)]
     assert {tag for t in result["tests"] for tag in t["tags"]} == {"sdpa"}
@@ -422,7 +422,9 @@ def test_gradescope_setup_uses_the_images_python_and_proves_the_sandbox(autograd
     process, apt = run_setup(autograder_tree, tmp_path, {})
     assert process.returncode == 0, process.stderr
     assert "install -y -qq python3 python3-venv bubblewrap" in apt and "python3.11" not in apt
-    assert "the sandbox works here: solutions/scaled_attention/scaled_attention.ipynb gets 16 / 16" in process.stdout
+    full = COURSE.assignment("scaled_attention").max_score
+    assert f"the sandbox works here: solutions/scaled_attention/scaled_attention.ipynb gets {full:g} / {full:g}" \
+        in process.stdout
 
 
 @pytest.mark.parametrize("fakes,reason", [

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from autograder import readme
+from autograder.course import load_course
 from autograder.scaffold import scaffold
 from tests.notebooks import ROOT
 
@@ -25,8 +26,13 @@ def anchors(path):
 
 
 def test_the_readme_is_a_door():
+    """What is written by hand stays short (details belong in docs/); the table of assignments that
+    course.yml generates grows with the course and is not held to it, so a course with more
+    assignments or exercises than this one keeps passing."""
     text = (ROOT / "README.md").read_text()
-    assert len(text) <= 8000, f"README.md has {len(text)} characters: move details to docs/"
+    head, rest = text.split(readme.START, 1)
+    by_hand = head + rest.split(readme.END, 1)[1]
+    assert len(by_hand) <= 4500, f"README.md has {len(by_hand)} characters besides its table: move details to docs/"
     assert "{" not in text.replace("{{", "")  # no placeholder left
 
 
@@ -69,7 +75,7 @@ def test_nothing_links_outside_the_repository():
 
 
 def test_the_authoring_example_runs_on_this_course(tmp_path):
-    """docs/authoring.md's `make exercise` line, on a copy of the course: its id is free and it writes."""
+    """docs/authoring.md's `make exercise` line, on a copy of the course: it writes the exercise's parts."""
     line = next(line for line in (ROOT / "docs" / "authoring.md").read_text().splitlines()
                 if line.startswith("make exercise "))
     args = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
@@ -79,9 +85,11 @@ def test_the_authoring_example_runs_on_this_course(tmp_path):
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
     for folder in ("autograder/suites", "tests/catalogue"):
         (tmp_path / folder).mkdir(parents=True)
-    written = scaffold(args["ID"], args["ASSIGNMENT"], args["FUNCTION"], args.get("TITLE", "").strip('"') or None,
-                       root=tmp_path)
-    assert (tmp_path / "tests" / "catalogue" / f"{args['ID']}.py") in written
+    taken = {exercise.id for assignment in load_course().assignments for exercise in assignment.exercises}
+    new = next(name for name in (args["ID"], *(f"{args['ID']}_{n}" for n in range(2, 99))) if name not in taken)
+    written = scaffold(new, args["ASSIGNMENT"], args["FUNCTION"], args.get("TITLE", "").strip('"') or None,
+                       root=tmp_path)   # a course that followed the example already has its id: the next free one
+    assert (tmp_path / "tests" / "catalogue" / f"{new}.py") in written
 
 
 def test_the_layout_names_every_module():
@@ -92,8 +100,7 @@ def test_the_layout_names_every_module():
 
 
 def test_the_catalogues_counts_in_the_docs_are_the_catalogues():
-    from tests.catalogue import DEGENERATES, MISTAKES, VARIANTS
-    text = " ".join((ROOT / "docs" / "grading.md").read_text().split())
-    exact = len(MISTAKES) - sum(bool(mistake.also_fails) for mistake in MISTAKES)
-    assert f"{exact} of the {len(MISTAKES)} mistakes fail exactly their properties" in text
-    assert f"beside its {len(MISTAKES)} mistakes and {len(VARIANTS)} variants, {len(DEGENERATES)} **degenerate" in text
+    from tests.catalogue.__main__ import PAGE, START, written
+    text = PAGE.read_text()
+    assert START in text and written(text) == text, \
+        "docs/grading.md's counts of the catalogue are stale: run python -m tests.catalogue"

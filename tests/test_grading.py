@@ -214,7 +214,7 @@ def test_edited_metadata_and_deleted_test_cells_change_nothing(graded):
 
 def test_infinite_loop_costs_only_that_function(graded):
     tests = by_name(graded("looping_heads", "multi_head"))
-    assert tests["heads: test_split_heads_layout"]["score"] == 1
+    assert tests["heads: test_split_heads_layout"]["score"] == tests["heads: test_split_heads_layout"]["max_score"]
     assert tests["heads: test_merge_heads_layout"]["score"] == 0
     assert "did not finish" in tests["heads: test_merge_heads_layout"]["output"]
 

@@ -6,7 +6,6 @@ a refused release and a typo fix released after submissions."""
 import csv
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,12 +13,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from nbgrader.api import Gradebook
 
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 DUE = "2026-11-01T23:59:00+00:00"
+# What the tests below need of the course's points, from course.yml (an instructor may change them).
+MASKS = COURSE.assignment("masks")
+FULL = MASKS.max_score                                                     # masks' points
+PADDING = next(e for e in MASKS.exercises if e.id == "padding_mask").max_score
+BY_HAND = FULL - PADDING + 3.5                                             # ada's score after 3.5 by hand
 ODD = ("s_wrongnb", "s_empty", "s_corrupt")
 CLASS = sorted(["ada", "bob", "cid", *ODD])
 ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
@@ -46,6 +51,18 @@ def scores(db, student, assignment="masks"):
                 for grade in nb.grades}, submission.late_submission_penalty
 
 
+def changed_course(late_policy=None, due=None):
+    """The repository's course.yml with this late policy and these due dates ({assignment: ISO
+    time}), whatever the repository's own course.yml says of either."""
+    raw = yaml.safe_load((ROOT / "course.yml").read_text())
+    if late_policy is not None:
+        raw["late_policy"] = late_policy
+    for assignment in raw["assignments"]:
+        if assignment["id"] in (due or {}):
+            assignment["due"] = due[assignment["id"]]
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("term") / "course"
@@ -53,10 +70,8 @@ def course(tmp_path_factory):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("nbgrader_config.py", "requirements.txt"):
         shutil.copy(ROOT / name, root / name)
-    text = re.sub(r"(  - id: masks\n    release: .*\n)    due: .*\n", rf'\1    due: "{DUE}"\n',
-                  (ROOT / "course.yml").read_text()).replace(
-        "limits:\n", "late_policy:\n  percent_per_day: 10\n  grace_minutes: 15\n  max_percent: 50\n\nlimits:\n", 1)
-    (root / "course.yml").write_text(text)
+    (root / "course.yml").write_text(changed_course(
+        late_policy={"percent_per_day": 10, "grace_minutes": 15, "max_percent": 50}, due={"masks": DUE}))
     # release, then collect three students in nbgrader's layout
     answers = solution_answers("masks")
     broken = {**answers, "causal_mask": answers["causal_mask"].replace(".tril()", ".triu()")
@@ -148,19 +163,19 @@ def test_a_manual_score_is_in_the_final_scores_from_the_next_run_on(course):
     assert wrong.returncode != 0 and wrong.stderr.count("\n") == 1 and "softmax is no exercise of masks" in wrong.stderr
     too_much = grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise",
                       "padding_mask", "--score", "99", "--db", db, check=False)
-    assert too_much.returncode != 0 and "padding_mask is worth 0 to 7 points, not 99" in too_much.stderr
+    assert too_much.returncode != 0 and f"padding_mask is worth 0 to {PADDING:g} points, not 99" in too_much.stderr
     nobody = grader(course, "manual-score", "--assignment", "masks", "--student", "zed", "--exercise",
                     "padding_mask", "--score", "1", "--db", db, check=False)
     assert nobody.returncode != 0 and "the gradebook has no graded masks of zed" in nobody.stderr
     done = grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise", "padding_mask",
                   "--score", "3.5", "--db", db)
-    assert "ada/masks padding_mask: automatic 7 / 7, by hand set to 3.5." in done.stdout
+    assert f"ada/masks padding_mask: automatic {PADDING:g} / {PADDING:g}, by hand set to 3.5." in done.stdout
     again = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
                    "--db", db, "--table")
     assert again.stdout.startswith(f"Nothing to grade; {len(CLASS)} unchanged")
-    assert "ada/masks: 22 -> 18.5" in again.stdout
+    assert f"ada/masks: {FULL:g} -> {BY_HAND:g}" in again.stdout
     per_cell, _ = scores(db, "ada")
-    assert per_cell["check_padding_mask"] == (7.0, 3.5)
+    assert per_cell["check_padding_mask"] == (PADDING, 3.5)
     with open(course / "grading" / "grades.csv") as handle:
         assert sorted(row["student"] for row in csv.DictReader(handle)) == CLASS
 
@@ -242,7 +257,7 @@ def test_nbgrader_export_carries_scores_and_late_penalty(course):
     with open(course / "export.csv") as handle:
         rows = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert float(rows["bob"]["late_submission_penalty"]) > 0
-    assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - 7 + 3.5  # the manual score
+    assert float(rows["ada"]["score"]) == float(rows["ada"]["max_score"]) - PADDING + 3.5  # the manual score
 
 
 def test_every_output_gives_the_same_final_score_after_manual_grading(course):
@@ -255,7 +270,7 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
                               .replace("torch.tril(", "torch.triu(")}, course / "submitted" / "ada" / "masks")
     process = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
                      "--db", db)
-    assert process.stdout.startswith("1 submission(s) of 1 student(s) to grade") and "ada/masks: 18.5 -> " in process.stdout  # final scores
+    assert process.stdout.startswith("1 submission(s) of 1 student(s) to grade") and f"ada/masks: {BY_HAND:g} -> " in process.stdout  # final scores
     run(course, "nbgrader", "export", "--to", str(course / "export-final.csv"))
     with open(course / "export-final.csv") as handle:
         export = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}  # net of penalty
@@ -271,9 +286,9 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
         results = json.loads((course / "grading" / "results" / student / "masks" / "results.json").read_text())
         assert export[student] == pytest.approx(final) and wide[student] == pytest.approx(final)
         assert listed[student] - (penalty or 0) == pytest.approx(final) and results["score"] == pytest.approx(final)
-    assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) < 18.5
+    assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) < BY_HAND
     feedback = (course / "grading" / "feedback" / "ada" / "masks" / "feedback.md").read_text()
-    assert f"**Score: {rows['ada']['final_score']} / 22 (automatic {rows['ada']['score']}, by hand -3.5)**" in feedback
+    assert f"**Score: {rows['ada']['final_score']} / {FULL:g} (automatic {rows['ada']['score']}, by hand -3.5)**" in feedback
     assert "changes the automatic score of" in feedback and "by -3.5 points" in feedback
 
 
@@ -292,7 +307,7 @@ def test_lms_imports_carry_the_final_scores_for_the_roster_and_everyone_graded(c
         canvas = list(csv.reader(handle))
     assert canvas[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     column = canvas[0].index("Masks")  # the assignment's title in course.yml
-    assert canvas[1][0] == "Points Possible" and canvas[1][column] == "22"
+    assert canvas[1][0] == "Points Possible" and canvas[1][column] == f"{FULL:g}"
     rows = {row[3]: row for row in canvas[2:]}
     assert rows["alovelace"][:5] == ["Lovelace, Ada", "", "1001", "alovelace", "A"]
     assert rows["alovelace"][column] == final["ada"] and rows["bbabbage"][column] == final["bob"]
@@ -320,10 +335,8 @@ def test_a_course_given_with_course_grades_with_its_own_late_policy(tmp_path):
     and nbgrader's export agree with it (the gradebook's plugin once read the default course.yml)."""
     copy = tmp_path / "other"
     copy.mkdir()
-    text = (ROOT / "course.yml").read_text().replace(
-        "limits:\n", "late_policy:\n  percent_per_day: 25\n  grace_minutes: 0\n  max_percent: 100\n\nlimits:\n", 1)
-    assert "late_policy" not in (ROOT / "course.yml").read_text()   # the repository's own course has none
-    (copy / "course.yml").write_text(text)
+    (copy / "course.yml").write_text(changed_course(
+        late_policy={"percent_per_day": 25, "grace_minutes": 0, "max_percent": 100}))
     for name in ("solutions", "exercises"):
         (copy / name).symlink_to(ROOT / name)
     due = COURSE.assignment("masks").due

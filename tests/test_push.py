@@ -205,8 +205,9 @@ def test_each_pushed_commit_is_answered_with_its_scores_and_feedback(term):
     assert "4 repositories collected" in first[0] and "4 commits answered" in first[2]
     by_repo = {repo: payload for repo, _, payload in statuses}
     assert by_repo[f"{PREFIX}ada"]["context"] == "grade/scaled_attention"
-    assert by_repo[f"{PREFIX}ada"]["description"] == "16 / 16 points"
-    assert by_repo[f"{PREFIX}bob"]["state"] == "success" and "/ 16 points" in by_repo[f"{PREFIX}bob"]["description"]
+    full = COURSE.assignment("scaled_attention").max_score
+    assert by_repo[f"{PREFIX}ada"]["description"] == f"{full:g} / {full:g} points"
+    assert by_repo[f"{PREFIX}bob"]["state"] == "success" and f"/ {full:g} points" in by_repo[f"{PREFIX}bob"]["description"]
     bob_comment = next(body for repo, _, body in comments if repo == f"{PREFIX}bob")
     assert "without the 1/sqrt(d_k) scaling" in bob_comment
     # a notebook committed as a link is fetched as the link's text: never followed
@@ -223,7 +224,8 @@ def test_only_the_repository_that_moved_is_fetched_graded_and_answered_again(ter
 def test_a_late_push_is_late_by_githubs_clock(term):
     root, *_ = term
     bob = [payload for repo, _, payload in FakeGitHub.statuses if repo == f"{PREFIX}bob"][-1]
-    assert bob["description"].startswith("16 / 16 points") or "taken for lateness" in bob["description"]
+    full = COURSE.assignment("scaled_attention").max_score
+    assert bob["description"].startswith(f"{full:g} / {full:g} points") or "taken for lateness" in bob["description"]
     record = json.loads((root / "grading" / "results" / "bob" / "scaled_attention" / "grade.json").read_text())
     assert record["submitted_at"].startswith("2026-10-06T12:00:00")
     assert (root / "submitted" / "bob" / "scaled_attention" / "timestamp.txt").read_text().startswith("2026-10-06")

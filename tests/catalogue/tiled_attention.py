@@ -99,7 +99,9 @@ MISTAKES = [
 
 
 VARIANTS = [
-    Variant("key tiles outside, every query's state kept", widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    Variant("key tiles outside, every query's state kept", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    dtype = q.dtype
+    q, k, v = (t.to(torch.promote_types(dtype, torch.float32)) for t in (q, k, v))
     *lead, n_q, d = q.shape
     n_k = k.shape[-2]
     m = q.new_full((*lead, n_q, 1), float("-inf"))
@@ -120,9 +122,12 @@ VARIANTS = [
             l[..., row:stop, :] = l[..., row:stop, :] * factor + p.sum(-1, keepdim=True)
             acc[..., row:stop, :] = acc[..., row:stop, :] * factor + p @ v[..., start:end, :]
             m[..., row:stop, :] = top
-    return acc / l, (m + l.log()).squeeze(-1)
-''')),
-    Variant("merging tile results through their logsumexp", widened('''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    return (acc / l).to(dtype), (m + l.log()).squeeze(-1)
+'''),
+    Variant("merging tile results through their logsumexp", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    given = q.dtype
+    wide = torch.float64 if given == torch.float64 else torch.float32
+    q, k, v = q.to(wide), k.to(wide), v.to(wide)
     outs, lses = [], []
     n_q, n_k = q.shape[-2], k.shape[-2]
     for i in range(0, n_q, block_q):
@@ -144,8 +149,8 @@ VARIANTS = [
                 lse = new_lse
         outs.append(out)
         lses.append(lse)
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
-''')),
+    return torch.cat(outs, dim=-2).to(given), torch.cat(lses, dim=-1)
+'''),
 ]
 
 

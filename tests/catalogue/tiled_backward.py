@@ -58,7 +58,9 @@ MISTAKES = [
 
 
 VARIANTS = [
-    Variant("key tiles outside, as FlashAttention-2's backward", widened('''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    Variant("key tiles outside, as FlashAttention-2's backward", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+    dtypes = q.dtype, k.dtype, v.dtype
+    q, k, v, out, d_out = (t.to(lse.dtype) for t in (q, k, v, out, d_out))
     scale = q.shape[-1] ** -0.5
     n_q, n_k = q.shape[-2], k.shape[-2]
     D = torch.einsum("...qd,...qd->...q", d_out, out)
@@ -82,8 +84,8 @@ VARIANTS = [
             dk_j = dk_j + ds.transpose(-2, -1) @ q[..., i:i + block_q, :]
         dks.append(dk_j)
         dvs.append(dv_j)
-    return dq, torch.cat(dks, dim=-2), torch.cat(dvs, dim=-2)
-''')),
+    return dq.to(dtypes[0]), torch.cat(dks, dim=-2).to(dtypes[1]), torch.cat(dvs, dim=-2).to(dtypes[2])
+'''),
 ]
 
 
