@@ -16,30 +16,201 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import STUDENTS, SUBMITTED, build
 
-# Scores per student, in the order of ASSIGNMENTS (ada_perfect's are course.yml's maxima); 0 where a
-# student did not submit an assignment.
-ASSIGNMENTS = ("attention_basics", "scaled_attention", "masks", "multi_head", "heads_at_work", "kv_cache",
-               "flash_attention", "latent_attention", "head_pruning", "triton_attention")
-SCORES = {
-    "ada_perfect": tuple(int(COURSE.assignment(assignment).max_score) for assignment in ASSIGNMENTS),
-    "ben_untouched": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-    "cara_no_scaling": (0, 12, 22, 34, 0, 0, 0, 0, 0, 0),
-    "dev_wrong_axes": (0, 6, 19, 24, 0, 0, 0, 0, 0, 0),
-    "eli_three_d_only": (0, 1, 21, 34, 0, 0, 0, 0, 0, 0),
-    "fay_syntax_error": (0, 0, 22, 17, 0, 0, 0, 0, 0, 0),
-    "gus_infinite_loop": (0, 0, 22, 34, 0, 0, 0, 0, 0, 0),
-    "hal_corrupt": (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-    "ivy_hostile": (0, 0, 22, 21, 0, 0, 0, 0, 0, 0),
-    "jon_unstable": (14, 0, 0, 0, 24, 0, 0, 0, 0, 0),
-    "kim_mask_bugs": (0, 0, 14, 0, 0, 15, 0, 0, 0, 0),
-    "lea_direct_attention": (0, 0, 0, 0, 0, 0, 33, 0, 0, 0),
-    "max_flash_slips": (0, 0, 0, 0, 0, 19, 26, 0, 0, 31),
-    "noor_rope_layout": (0, 0, 0, 0, 0, 0, 0, 37, 0, 0),
-    "omar_latent_cache": (0, 0, 0, 0, 0, 0, 0, 32, 0, 0),
-    "pia_pruning_slips": (0, 0, 0, 0, 0, 0, 0, 0, 6, 0),
+ASSIGNMENTS = [assignment.id for assignment in COURSE.assignments]
+# The hidden tests each student loses, as "exercise: test"; every other test of what they handed in
+# earns its points as course.yml gives them, so the expected scores follow a change of points.
+LOST = {
+    ('cara_no_scaling', 'scaled_attention'): (
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('dev_wrong_axes', 'scaled_attention'): (
+        'sdpa: test_weights_rows_sum_to_one',
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_masked_weights_are_exactly_zero',
+        'sdpa: test_masking_equals_dropping_the_keys',
+        'sdpa: test_fully_masked_row_gives_zeros',
+        'sdpa: test_batching_equals_looping',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('dev_wrong_axes', 'masks'): (
+        'causal_mask: test_allows_keys_up_to_the_query',
+        'causal_mask: test_makes_attention_causal',
+    ),
+    ('dev_wrong_axes', 'multi_head'): (
+        'heads: test_split_heads_layout',
+        'heads: test_merge_heads_inverts_split',
+        'heads: test_merge_heads_layout',
+        'mha: test_matches_torch_multihead_attention',
+        'mha: test_matches_torch_with_causal_mask',
+        'mha: test_matches_torch_cross_attention',
+        'mha: test_matches_reference_without_bias',
+    ),
+    ('eli_three_d_only', 'scaled_attention'): (
+        'sdpa: test_shapes_with_any_leading_dims',
+        'sdpa: test_weights_rows_sum_to_one',
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_masked_weights_are_exactly_zero',
+        'sdpa: test_masking_equals_dropping_the_keys',
+        'sdpa: test_mask_broadcasts_over_batch_and_heads',
+        'sdpa: test_fully_masked_row_gives_zeros',
+        'sdpa: test_large_scores_stay_finite',
+        'sdpa: test_keeps_float32_and_float64',
+        'sdpa: test_batching_equals_looping',
+        'sdpa: test_gradients_reach_q_k_v',
+    ),
+    ('eli_three_d_only', 'masks'): (
+        'causal_mask: test_is_boolean_and_square',
+    ),
+    ('fay_syntax_error', 'scaled_attention'): (
+        'sdpa: test_shapes_with_any_leading_dims',
+        'sdpa: test_weights_rows_sum_to_one',
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_masked_weights_are_exactly_zero',
+        'sdpa: test_masking_equals_dropping_the_keys',
+        'sdpa: test_mask_broadcasts_over_batch_and_heads',
+        'sdpa: test_fully_masked_row_gives_zeros',
+        'sdpa: test_large_scores_stay_finite',
+        'sdpa: test_keeps_float32_and_float64',
+        'sdpa: test_batching_equals_looping',
+        'sdpa: test_gradients_reach_q_k_v',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('fay_syntax_error', 'multi_head'): (
+        'heads: test_split_heads_shape',
+        'heads: test_split_heads_layout',
+        'heads: test_merge_heads_inverts_split',
+        'heads: test_merge_heads_layout',
+        'mha: test_self_attention_shapes',
+        'mha: test_cross_attention_shapes',
+        'mha: test_matches_torch_multihead_attention',
+        'mha: test_matches_torch_with_causal_mask',
+        'mha: test_matches_torch_cross_attention',
+        'mha: test_matches_reference_without_bias',
+        'mha: test_weights_rows_sum_to_one',
+        'mha: test_gradients_reach_inputs_and_parameters',
+        'mha: test_keeps_float32_and_float64',
+    ),
+    ('gus_infinite_loop', 'scaled_attention'): (
+        'sdpa: test_shapes_with_any_leading_dims',
+        'sdpa: test_weights_rows_sum_to_one',
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_masked_weights_are_exactly_zero',
+        'sdpa: test_masking_equals_dropping_the_keys',
+        'sdpa: test_mask_broadcasts_over_batch_and_heads',
+        'sdpa: test_fully_masked_row_gives_zeros',
+        'sdpa: test_large_scores_stay_finite',
+        'sdpa: test_keeps_float32_and_float64',
+        'sdpa: test_batching_equals_looping',
+        'sdpa: test_gradients_reach_q_k_v',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('ivy_hostile', 'scaled_attention'): (
+        'sdpa: test_shapes_with_any_leading_dims',
+        'sdpa: test_weights_rows_sum_to_one',
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_masked_weights_are_exactly_zero',
+        'sdpa: test_masking_equals_dropping_the_keys',
+        'sdpa: test_mask_broadcasts_over_batch_and_heads',
+        'sdpa: test_fully_masked_row_gives_zeros',
+        'sdpa: test_large_scores_stay_finite',
+        'sdpa: test_keeps_float32_and_float64',
+        'sdpa: test_batching_equals_looping',
+        'sdpa: test_gradients_reach_q_k_v',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('ivy_hostile', 'multi_head'): (
+        'mha: test_self_attention_shapes',
+        'mha: test_cross_attention_shapes',
+        'mha: test_matches_torch_multihead_attention',
+        'mha: test_matches_torch_with_causal_mask',
+        'mha: test_matches_torch_cross_attention',
+        'mha: test_matches_reference_without_bias',
+        'mha: test_weights_rows_sum_to_one',
+        'mha: test_gradients_reach_inputs_and_parameters',
+        'mha: test_keeps_float32_and_float64',
+    ),
+    ('jon_unstable', 'attention_basics'): (
+        'softmax: test_survives_large_inputs',
+        'softmax: test_rows_on_different_scales',
+        'numpy_attention: test_survives_large_scores',
+    ),
+    ('jon_unstable', 'heads_at_work'): (
+        'causal_self_attention: test_eval_mode_is_deterministic',
+    ),
+    ('kim_mask_bugs', 'masks'): (
+        'padding_mask: test_allows_real_keys_only',
+        'padding_mask: test_padded_keys_do_not_change_outputs',
+        'fix_causal_attention: test_is_causal',
+        'fix_causal_attention: test_matches_causal_attention',
+    ),
+    ('kim_mask_bugs', 'kv_cache'): (
+        'gqa: test_matches_torch_grouped_query_attention',
+        'gqa: test_with_causal_mask',
+    ),
+    ('lea_direct_attention', 'flash_attention'): (
+        'online_softmax: test_blocks_equal_the_whole_row',
+        'online_softmax: test_rescales_when_the_maximum_grows',
+        'online_softmax: test_fully_masked_blocks',
+        'online_softmax: test_survives_large_scores',
+        'tiled_attention: test_causal_skips_tiles_above_the_diagonal',
+        'tiled_attention: test_memory_stays_below_one_score_matrix',
+        'tiled_attention: test_causal_memory_stays_below_one_score_matrix',
+        'tiled_backward: test_memory_stays_below_one_score_matrix',
+    ),
+    ('max_flash_slips', 'flash_attention'): (
+        'tiled_attention: test_half_precision_keeps_the_state_in_float32',
+        'tiled_attention: test_logsumexp',
+        'tiled_attention: test_memory_stays_below_one_score_matrix',
+        'tiled_attention: test_causal_memory_stays_below_one_score_matrix',
+        'tiled_backward: test_dq_and_dk',
+        'tiled_backward: test_causal',
+        'tiled_backward: test_lengths_the_blocks_do_not_divide',
+        'tiled_backward: test_half_precision_works_in_float32',
+        'tiled_backward: test_memory_stays_below_one_score_matrix',
+        'attention_costs: test_naive_bytes',
+        'attention_costs: test_tiled_bytes',
+        'attention_costs: test_tiled_bytes_with_a_partial_tile',
+    ),
+    ('max_flash_slips', 'triton_attention'): (
+        'softmax_kernel: test_columns_not_a_power_of_two',
+        'softmax_kernel: test_keeps_float16',
+        'flash_kernel: test_causal_skips_tiles_above_the_diagonal',
+    ),
+    ('noor_rope_layout', 'latent_attention'): (
+        'rope: test_matches_the_reference',
+    ),
+    ('omar_latent_cache', 'latent_attention'): (
+        'mla: test_cache_holds_the_latent_and_the_rope_key_only',
+        'absorbed: test_never_up_projects_the_cache',
+        'cache_bytes: test_latent',
+    ),
+    ('pia_pruning_slips', 'head_pruning'): (
+        'head_importance: test_matches_the_recomputed_importances',
+        'pruning_curve: test_hands_the_model_back',
+    ),
 }
-EXPECTED = {(student, assignment): score for student, scores in SCORES.items()
-            for assignment, score in zip(ASSIGNMENTS, scores)}
+
+
+def expected_score(student, assignment):
+    """What course.yml's points make of the tests the student loses (0 for an untouched, corrupt or
+    empty notebook, and for an assignment not handed in)."""
+    answers = STUDENTS[student].get(assignment)
+    if not isinstance(answers, dict):
+        return 0.0
+    points = {f"{e.id}: {test}": value for e in COURSE.assignment(assignment).exercises for test, value in e.points.items()}
+    return sum(points.values()) - sum(points[name] for name in LOST.get((student, assignment), ()))
+
+
+# grades.csv has a row per student for every assignment somebody handed in (0 where they did not).
+HANDED_IN = [a for a in ASSIGNMENTS if any(isinstance(work.get(a), (dict, str)) for work in STUDENTS.values())]
+EXPECTED = {(student, assignment): expected_score(student, assignment) for student in STUDENTS for assignment in HANDED_IN}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +277,17 @@ def test_scores_are_as_expected(graded):
     with open(out / "grades.csv") as handle:
         rows = {(row["student"], row["assignment"]): float(row["score"]) for row in csv.DictReader(handle)}
     assert rows == {key: float(value) for key, value in EXPECTED.items()}
+
+
+def test_each_student_loses_exactly_the_tests_of_their_mistakes(graded):
+    """Per submission graded, the tests that earned less than their points are LOST's, no more, no fewer."""
+    out, _, _, _ = graded
+    for student, work in STUDENTS.items():
+        for assignment, answers in work.items():
+            if isinstance(answers, dict):
+                result = json.loads((out / "results" / student / assignment / "results.json").read_text())
+                lost = [test["name"] for test in result["tests"] if test["score"] < test["max_score"]]
+                assert sorted(lost) == sorted(LOST.get((student, assignment), ())), (student, assignment)
 
 
 def test_csv_gives_the_reason_for_submissions_that_could_not_be_graded(graded):
