@@ -36,7 +36,7 @@ def _requirement_lines(course):
     return lines
 
 
-def _pins(course):
+def pinned_versions(course):
     return {name: line.split("==", 1)[1].split(";", 1)[0].strip() for name, line in _requirement_lines(course).items()}
 
 
@@ -109,7 +109,7 @@ def build_student_kit(course, folder, moment=None):
             target = folder / assignment.id / notebook.filename
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
-    pins = _pins(course)
+    pins = pinned_versions(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))
     readme = readme.replace("{torch_index}", TORCH_INDEX_SENTENCE if course.torch_index_url else "")

@@ -23,6 +23,7 @@ import nbformat
 
 from autograder import readme
 from autograder.course import CourseError, load_course
+from autograder.kits import pinned_versions
 
 SUITE = '''"""Hidden tests for {function}(x) -> TODO: the statement's signature."""
 
@@ -203,6 +204,11 @@ def scaffold(exercise, assignment, function, title=None, notebook=None, root=Non
         nb = nbformat.read(notebook_path, as_version=4)
     else:
         nb = nbformat.v4.new_notebook()
+        torch_pin = pinned_versions(course).get("torch", "?")   # the course's own, as every notebook states it
+        nb.cells.append(nbformat.v4.new_markdown_cell(
+            f"# {assignment.replace('_', ' ').capitalize()}\n\nTODO: what this notebook teaches, and its exercises.\n\n"
+            f"*Software:* written for **PyTorch {'.'.join(torch_pin.split('.')[:2])}** (`pip install torch=={torch_pin}`); "
+            "the self-checks and the grader compare against what that version computes."))
         nb.cells.append(nbformat.v4.new_code_cell("import torch", metadata={"nbgrader": {
             "grade": False, "solution": False, "locked": True, "task": False, "schema_version": 3,
             "grade_id": f"setup_{exercise}"}}))

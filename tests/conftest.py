@@ -36,11 +36,11 @@ def scores_by_exercise(result):
 # The modules that take longest first, so that the two pytest-xdist workers of `make test` finish
 # together (longest processing time first; Makefile: --dist loadfile --no-loadscope-reorder).
 # Measured wall seconds per module, roughly: sample_class 130, catalogue 110, lifecycle 90,
-# grading 60, notebooks_run 60, scale 60, lti 40, delivery 40, push 45, hostile 35, course 20, sandbox 20; the rest
-# are quick.
+# grading 60, notebooks_run 60, scale 60, lti 40, delivery 40, push 45, hostile 35, course 20, customise 20,
+# sandbox 20; the rest are quick.
 LONGEST_FIRST = ["test_sample_class.py", "test_catalogue.py", "test_lifecycle.py", "test_grading.py",
                  "test_notebooks_run.py", "test_scale.py", "test_lti.py", "test_push.py", "test_delivery.py", "test_hostile.py",
-                 "test_course.py", "test_sandbox.py"]
+                 "test_course.py", "test_customise.py", "test_sandbox.py"]
 
 
 def pytest_collection_modifyitems(items):

@@ -80,7 +80,7 @@ def test_the_authoring_example_runs_on_this_course(tmp_path):
                 if line.startswith("make exercise "))
     args = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
     import shutil
-    for part in ("course.yml", "solutions", "README.md"):
+    for part in ("course.yml", "solutions", "README.md", "requirements.txt"):
         source = ROOT / part
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
     for folder in ("autograder/suites", "tests/catalogue"):
