@@ -48,3 +48,11 @@ def make_submission(assignment_id, answers, folder, notebook_name=None):
         nbformat.write(nb, path)
         written.append(path)
     return written
+
+
+def unused(name, course=None):
+    """`name`, or the first `name_2`, `name_3`, ... that no assignment or exercise of the course uses (a
+    course that made its own `sliding_window` keeps these tests meaningful)."""
+    course = course or load_course()
+    taken = {a.id for a in course.assignments} | {e.id for a in course.assignments for e in a.exercises}
+    return next(n for n in (name, *(f"{name}_{k}" for k in range(2, 99))) if n not in taken)

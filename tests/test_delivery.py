@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,16 @@ def test_workflows_call_make_targets_that_exist():
 
 # -- the student kit ---------------------------------------------------------------------------
 
-AFTER_THE_TERM = "2027-01-12T00:00:00Z"
+def moment(when):
+    """An ISO time the kit command takes."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The moments of the term the tests below build the kit at, from course.yml's schedule.
+AFTER_THE_TERM = moment(max(a.due or a.release for a in COURSE.assignments) + timedelta(days=1))
+RELEASED = [a for a in COURSE.assignments if a.release]
+# just after the second assignment's release, and just after the third's (past the first ones' due dates)
+SECOND, THIRD = (moment(RELEASED[k].release + timedelta(hours=1)) for k in (1, 2))
 
 
 def build_kit(folder, when, course_yml=None):
@@ -72,8 +82,8 @@ def kit_assignments(folder):
 
 
 @pytest.mark.parametrize("when,expected", [
-    ("2026-09-22T00:00:00Z", ["attention_basics", "scaled_attention"]),           # scaled_attention released
-    ("2026-10-06T00:00:00Z", ["attention_basics", "masks", "scaled_attention"]),  # masks, past sdpa's due date
+    (SECOND, sorted(a.id for a in RELEASED[:2])),   # the second assignment just released
+    (THIRD, sorted(a.id for a in RELEASED[:3])),    # the third, past the first ones' due dates
 ])
 def test_the_kit_holds_only_what_is_released(tmp_path, when, expected):
     process = build_kit(tmp_path / "kit", when)
@@ -91,7 +101,7 @@ def test_the_kit_refuses_a_notebook_that_carries_a_solution_not_yet_due(tmp_path
     try:
         course_yml.write_text((ROOT / "course.yml").read_text().replace(
             "\nassignments:\n", "\nreleased: [attention_basics, scaled_attention, masks]\n\nassignments:\n", 1))
-        process = build_kit(tmp_path / "kit", "2026-09-22T00:00:00Z", course_yml)
+        process = build_kit(tmp_path / "kit", SECOND, course_yml)
     finally:
         course_yml.unlink()
     assert process.returncode == 2 and len(process.stderr.strip().splitlines()) == 1
@@ -105,8 +115,9 @@ def test_no_assignment_carries_a_solution_before_its_due_date():
     early = dataclasses.replace(COURSE, assignments=[
         dataclasses.replace(a, release=COURSE.assignment("scaled_attention").release) if a.id == "masks" else a
         for a in COURSE.assignments])
+    due = COURSE.assignment("scaled_attention").due.astimezone(timezone.utc)
     assert [line.split(" carries ")[1].split(" in cell")[0] for line in order_problems(early)] == \
-        ["sdpa of scaled_attention (due: 2026-10-05 08:00 UTC)"]
+        [f"sdpa of scaled_attention (due: {due:%Y-%m-%d %H:%M} UTC)"]
 
 
 def readme_commands(kit_folder):

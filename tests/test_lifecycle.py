@@ -229,7 +229,7 @@ def test_odd_hand_ins_are_complete_gradebook_entries_with_their_reason(course):
                "s_corrupt": "not a readable notebook"}
     for student, reason in reasons.items():
         per_cell, _ = scores(db, student)
-        assert set(per_cell) == {"check_causal_mask", "check_padding_mask", "check_fix_causal_attention"}
+        assert set(per_cell) == {exercise.check_cell for exercise in MASKS.exercises}
         assert all(auto == 0 for auto, _ in per_cell.values()) and rows[student]["final_score"] == "0"
         assert reason in rows[student]["reason"]
         autograded = (course / "autograded" / student / "masks" / "masks.ipynb").read_text()
@@ -286,10 +286,12 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
         results = json.loads((course / "grading" / "results" / student / "masks" / "results.json").read_text())
         assert export[student] == pytest.approx(final) and wide[student] == pytest.approx(final)
         assert listed[student] - (penalty or 0) == pytest.approx(final) and results["score"] == pytest.approx(final)
-    assert float(rows["ada"]["manual"]) == -3.5 and float(rows["ada"]["final_score"]) < BY_HAND
+    by_hand = 3.5 - PADDING   # what the manual score of 3.5 changes
+    assert float(rows["ada"]["manual"]) == by_hand and float(rows["ada"]["final_score"]) < BY_HAND
     feedback = (course / "grading" / "feedback" / "ada" / "masks" / "feedback.md").read_text()
-    assert f"**Score: {rows['ada']['final_score']} / {FULL:g} (automatic {rows['ada']['score']}, by hand -3.5)**" in feedback
-    assert "changes the automatic score of" in feedback and "by -3.5 points" in feedback
+    assert (f"**Score: {rows['ada']['final_score']} / {FULL:g} (automatic {rows['ada']['score']}, by hand "
+            f"{by_hand:+g})**") in feedback
+    assert "changes the automatic score of" in feedback and f"by {by_hand:+g} points" in feedback
 
 
 def test_lms_imports_carry_the_final_scores_for_the_roster_and_everyone_graded(course, tmp_path):

@@ -8,7 +8,7 @@ import yaml
 
 from autograder.course import CourseError, load_course
 from autograder.scaffold import scaffold
-from tests.notebooks import ROOT
+from tests.notebooks import ROOT, unused
 
 
 @pytest.fixture
@@ -19,14 +19,6 @@ def course_copy(tmp_path):
     for folder in ("autograder/suites", "tests/catalogue"):
         (tmp_path / folder).mkdir(parents=True)
     return tmp_path
-
-
-def unused(name, course=None):
-    """`name`, or the first `name_2`, `name_3`, ... that no assignment or exercise of the course uses (a
-    course that made its own `sliding_window` keeps these tests meaningful)."""
-    course = course or load_course()
-    taken = {a.id for a in course.assignments} | {e.id for a in course.assignments for e in a.exercises}
-    return next(n for n in (name, *(f"{name}_{k}" for k in range(2, 99))) if n not in taken)
 
 
 def assignments(root):

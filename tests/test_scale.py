@@ -24,7 +24,7 @@ from nbgrader.api import Gradebook
 from autograder.classroom import Task, in_shard
 from autograder.scale import kubernetes
 from tests.conftest import run_grader
-from tests.notebooks import ROOT
+from tests.notebooks import COURSE, ROOT
 from tests.sample_class import SUBMITTED
 from tests import slurm_cluster
 
@@ -181,9 +181,10 @@ def test_kubernetes_manifests_grade_the_same_shards(pod_shards):
                              capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr
     with open(folders[0].parent.parent / "grades.csv") as handle:
-        assert [(row["student"], row["score"]) for row in csv.DictReader(handle)] == [("ada_perfect", "22")]
+        full = COURSE.assignment("masks").max_score
+        assert [(row["student"], row["score"]) for row in csv.DictReader(handle)] == [("ada_perfect", f"{full:g}")]
     assert gradebook_scores(f"sqlite:///{folders[0].parent.parent.parent / 'gradebook.db'}") == \
-        {("ada_perfect", "masks"): (22.0, 22.0)}
+        {("ada_perfect", "masks"): (full, full)}
 
 
 def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(pod_shards, tmp_path):
