@@ -1,6 +1,6 @@
 """make bench: grade one class with `nbgrader autograde` and with `make grade`, side by side.
 
-Builds a class in nbgrader's layout (34 students x every assignment, 10 now: 340 notebooks: perfect,
+Builds a class in nbgrader's layout (34 students x every assignment of course.yml: perfect,
 untouched, and the catalogue's realistic mistakes), then grades exactly that folder with this
 grader, with `nbgrader autograde` (every assignment, in nbgrader's own course folder), and with
 this grader again, and prints seconds per notebook, their ratio and the peak memory (resident
