@@ -25,7 +25,6 @@ from autograder.sandbox.jail import SandboxUnavailable, probe
 def _grade(args, course):
     from autograder import render
     from autograder.grading import grade_one
-    from autograder.render import write_gradescope
 
     assignment = course.assignment(args.assignment)
     path = Path(args.notebook)
@@ -44,7 +43,7 @@ def _grade(args, course):
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
-        write_gradescope(result, Path(args.json), course.visibility())
+        render.write_gradescope(result, Path(args.json), course.visibility())
     for notebook in result.notebooks:   # one line per exercise; the score stays the last line (setup.sh reads it)
         for section in render.sections(notebook):
             failed = [test.test for group, _, _ in section.groups if not section.passed(group) for test in group]
@@ -116,8 +115,7 @@ def _student_kit(args, course):
 
 
 def _gradescope_zip(args, course):
-    from autograder.kits import build_gradescope
-    from autograder.kits import IMAGES
+    from autograder.kits import IMAGES, build_gradescope
     archive, pythons = build_gradescope(course, course.assignment(args.assignment), Path(args.out))
     images = ", ".join(f"{IMAGES[python]} (Python {python})" for python in pythons)
     print(f"Gradescope autograder: {archive} (upload it as the assignment's autograder; base image: {images})")
@@ -322,10 +320,7 @@ def _report(args, course):
 def _manual_score(args, course):
     from autograder.gradebook import set_manual_score
     assignment = course.assignment(args.assignment)
-    exercise = next((e for e in assignment.exercises if e.id == args.exercise), None)
-    if exercise is None:
-        raise CourseError(f"{args.exercise} is no exercise of {assignment.id} "
-                          f"({', '.join(e.id for e in assignment.exercises)})")
+    exercise = assignment.exercise(args.exercise)
     score = None if args.clear else args.score
     automatic, points = set_manual_score(args.db, assignment, exercise, args.student, score)
     said = "cleared: the automatic score counts" if score is None else f"set to {score:g}"

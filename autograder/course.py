@@ -88,6 +88,13 @@ class Assignment:
     def max_score(self):
         return sum(exercise.max_score for exercise in self.exercises)
 
+    def exercise(self, exercise_id):
+        for exercise in self.exercises:
+            if exercise.id == exercise_id:
+                return exercise
+        known = ", ".join(e.id for e in self.exercises)
+        raise CourseError(f"{exercise_id} is no exercise of {self.id} ({known})")
+
 
 @dataclass
 class Course:

@@ -25,12 +25,18 @@ def table(course_yml):
     return "\n".join(rows)
 
 
+def between(text, start, end, body):
+    """`text` with `body` between its two marker lines `start` and `end` (unchanged without them): how
+    a generated part of a page (this table, the docs' catalogue counts) is written into it."""
+    if start not in text or end not in text:
+        return text
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
 def written(readme_text, course_yml):
     """The README's text with its table as `course_yml` makes it (unchanged without the markers)."""
-    if START not in readme_text or END not in readme_text:
-        return readme_text
-    head, rest = readme_text.split(START, 1)
-    return f"{head}{START}\n{table(course_yml)}\n{END}{rest.split(END, 1)[1]}"
+    return between(readme_text, START, END, table(course_yml))
 
 
 def main(root=ROOT):

@@ -238,8 +238,7 @@ def class_report(chosen, submitted, db, table=False):
     that changed, the flags for the instructor, the folders that are no submission, who handed
     nothing in, and where the outputs are."""
     results, graded, layout = chosen.results, chosen.graded, chosen.layout
-    finals = {(result.student, result.assignment): result for result in results}   # manual points and late penalty in
-    parts = ["\n" + summary_table([finals.get((r.student, r.assignment), r) for r in graded])] if table else []
+    parts = ["\n" + summary_table(graded)] if table else []   # graded: published, manual points and penalty in
     changed = changes(chosen.before, results)
     parts.append(("\nScores that changed:\n" + "\n".join(changed)) if changed
                  else "\nNo score changed." if chosen.before else "")

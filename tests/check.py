@@ -193,7 +193,7 @@ def todos(exercise):
     """Where the exercise's parts still say TODO (an untouched scaffold): ["path (n)", ...]."""
     assignment = COURSE.assignment(ASSIGNMENT_OF[exercise])
     notebook = next(nb for nb in assignment.notebooks if any(e.id == exercise for e in nb.exercises))
-    suite = next(e.suite for e in assignment.exercises if e.id == exercise)
+    suite = assignment.exercise(exercise).suite
     parts = (suite, ROOT / "tests" / "catalogue" / f"{exercise}.py", COURSE.source_notebook(assignment, notebook))
     return [f"{path.relative_to(ROOT)} ({path.read_text().count('TODO')})" for path in parts
             if path.exists() and "TODO" in path.read_text()]

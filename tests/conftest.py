@@ -14,6 +14,17 @@ def run_grader(*args, timeout=600, env=None):
                           env=None if env is None else {**os.environ, **env})
 
 
+def run_in(folder, *args, check=True, module=True):
+    """`python -m args` (or `python args`) in `folder`, with this interpreter's tools on PATH (nbgrader
+    runs its own); with `check`, a non-zero exit fails the test with the command's output."""
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.run([sys.executable, *(["-m"] if module else []), *map(str, args)], cwd=folder,
+                             capture_output=True, text=True, env=env, timeout=900)
+    if check:
+        assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
+    return process
+
+
 @pytest.fixture
 def grade(tmp_path):
     """Grade one notebook through the command line; returns (results.json as dict, process)."""

@@ -16,7 +16,7 @@ resolves on. `make gradescope` reads it, so that a zip says which images it inst
 refuses the others with one line.
 
 torch is locked at the course's version and resolved on its own, without its dependencies: on
-Gradescope it comes from PyTorch's CPU-only index (course.yml's gradescope.torch_index_url), whose
+Gradescope it comes from PyTorch's CPU-only index (course.yml's torch_index_url), whose
 wheels need only the packages listed here (filelock ... fsspec), not the CUDA libraries of PyPI's.
 """
 

@@ -10,12 +10,11 @@ must pass there as they pass here: they know the course only through course.yml 
 
 import re
 import subprocess
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import yaml
 
+from tests.conftest import run_in
 from tests.notebooks import ROOT, unused
 
 
@@ -31,12 +30,6 @@ def copy_of_the_course(target):
             (target / name).write_bytes(source.read_bytes())
     (target / ".venv").symlink_to(ROOT / ".venv", target_is_directory=True)
     return target
-
-
-def run(copy, *args):
-    process = subprocess.run([sys.executable, *map(str, args)], cwd=copy, capture_output=True, text=True, timeout=600)
-    assert process.returncode == 0, f"{' '.join(map(str, args))}:\n{process.stdout[-3000:]}{process.stderr[-3000:]}"
-    return process.stdout
 
 
 def documented_late_policy():
@@ -83,18 +76,16 @@ def test_the_documented_customisations_keep_the_courses_checks_green(tmp_path):
     made = [(unused(options["ID"]), options["ASSIGNMENT"], unused(options["FUNCTION"])),
             (unused("window_mask"), unused("sliding_window"), unused("window_mask"))]   # free in a course that made them
     for exercise, assignment, function in made:
-        run(copy, "-m", "autograder", "new-exercise", exercise, "--assignment", assignment, "--function", function)
+        run_in(copy, "autograder", "new-exercise", exercise, "--assignment", assignment, "--function", function)
         for path in (f"autograder/suites/test_{exercise}.py", f"tests/catalogue/{exercise}.py",
                      f"solutions/{assignment}/{assignment}.ipynb", "course.yml", "README.md"):
             filled(copy / path)
-        run(copy, "-m", "autograder", "release", "--assignment", assignment)
-    run(copy, "-m", "tests.catalogue")
-    run(copy, "-m", "tests.sample_class")
+        run_in(copy, "autograder", "release", "--assignment", assignment)
+    run_in(copy, "tests.catalogue")
+    run_in(copy, "tests.sample_class")
 
     raw = yaml.safe_load(course_yml.read_text())
     assert raw["late_policy"]["percent_per_day"] > 0 and raw["assignments"][-1]["id"] == made[1][1]
-    checks = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py",
-                             "tests/test_course.py", "tests/test_scaffold.py", "-k", "not fresh_release"],
-                            cwd=copy, capture_output=True, text=True, timeout=600)
-    assert checks.returncode == 0, checks.stdout[-4000:]
-    assert Path(copy / "README.md").read_text().count(f"`{made[1][1]}`") == 1
+    run_in(copy, "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py", "tests/test_course.py",
+           "tests/test_scaffold.py", "-k", "not fresh_release")
+    assert (copy / "README.md").read_text().count(f"`{made[1][1]}`") == 1

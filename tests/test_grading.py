@@ -222,7 +222,7 @@ def test_infinite_loop_costs_only_that_function(graded):
 def test_syntax_error_costs_only_what_its_cell_defines(graded):
     result = graded("mha_syntax_error", "multi_head")
     totals = scores_by_exercise(result)
-    heads = next(e for e in COURSE.assignment("multi_head").exercises if e.id == "heads")
+    heads = COURSE.assignment("multi_head").exercise("heads")
     assert totals["heads"] == heads.max_score
     assert totals["mha"] == 0
     # the syntax error is reported once, at the top of mha's feedback; its tests say "not run"
@@ -306,7 +306,7 @@ def test_one_notebook_graded_says_each_exercise_and_writes_the_feedback(tmp_path
     assert process.returncode == 0, process.stderr
     lines = process.stdout.splitlines()
     assignment = COURSE.assignment("masks")
-    padding = next(e for e in assignment.exercises if e.id == "padding_mask")
+    padding = assignment.exercise("padding_mask")
     for exercise in assignment.exercises:
         score = 0 if exercise is padding else exercise.max_score
         assert any(line.startswith(f"  {exercise.id}: {score:g} / {exercise.max_score:g}") for line in lines), lines

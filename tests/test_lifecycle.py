@@ -5,7 +5,6 @@ a refused release and a typo fix released after submissions."""
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,28 +15,18 @@ import pytest
 import yaml
 from nbgrader.api import Gradebook
 
-from tests.conftest import run_grader
+from tests.conftest import run_grader, run_in as run
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 DUE = "2026-11-01T23:59:00+00:00"
 # What the tests below need of the course's points, from course.yml (an instructor may change them).
 MASKS = COURSE.assignment("masks")
 FULL = MASKS.max_score                                                     # masks' points
-PADDING = next(e for e in MASKS.exercises if e.id == "padding_mask").max_score
+PADDING = MASKS.exercise("padding_mask").max_score
 BY_HAND = FULL - PADDING + 3.5                                             # ada's score after 3.5 by hand
 ODD = ("s_wrongnb", "s_empty", "s_corrupt")
 CLASS = sorted(["ada", "bob", "cid", *ODD])
 ON_TIME, TWO_DAYS_LATE = "2026-11-01 20:00:00.000000 UTC", "2026-11-03 12:00:00.000000 UTC"
-
-
-def run(course, *args, check=True, module=True):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    process = subprocess.run([sys.executable, *(["-m"] if module else []), *map(str, args)], cwd=course,
-                             capture_output=True,
-                             text=True, env=env, timeout=900)
-    if check:
-        assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
-    return process
 
 
 def grader(course, *args, check=True):
