@@ -155,8 +155,9 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
 
-def _grade_tasks(course, layout, tasks, report):
-    """Grade tasks one after another in this process; report(event, task) after each."""
+def _grade_tasks(course, layout, tasks, report, assignments, started):
+    """Grade tasks (of the given assignments) one after another in this process, with the sandbox
+    `started` for it; report(event, task) after each."""
     from autograder.grading import open_grader
 
     def body(grader):
@@ -172,7 +173,7 @@ def _grade_tasks(course, layout, tasks, report):
             log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
                      result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
             report("done", task)
-    open_grader(course, body)
+    open_grader(course, body, assignments, started)
 
 
 def start_log(path):
@@ -184,43 +185,53 @@ def start_log(path):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _work(course, out, tasks, events):
+def _work(course, out, tasks, events, assignments, sandboxes, index):
     """The body of one grading process (forked: it has the course the class is graded by, loaded
-    once, whatever file it came from): pull tasks until the queue says stop."""
+    once, whatever file it came from, and sandboxes[index], started for it): pull tasks until the
+    queue says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    for other, sandbox in enumerate(sandboxes):
+        if other != index:
+            sandbox.release()  # another grading process's: its worker sees its socket close with that process
     layout = Layout(out, course.visibility())
     start_log(layout.log)
     try:
-        _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)))
+        _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)),
+                     assignments, sandboxes[index])
     except BaseException as error:  # noqa: B902 - reported to the main process, which decides
         events.put(("failed", f"{type(error).__name__}: {error}"))
         raise SystemExit(1) from None
     events.put(("exit", None))
 
 
-def _warm(course, pending):
-    """Import what grading needs and run the reference solutions once, here, so that every grading
-    process forked from this one starts with them (this process never runs student code)."""
+def _warm(course, assignments):
+    """Import what grading needs, the suites' modules among it, and run the reference solutions
+    once, here, so that every grading process forked from this one starts with them (this process
+    never runs student code)."""
     from autograder.grading import open_grader  # noqa: F401  (torch, pytest, nbformat)
+    from autograder.harness.plugin import with_suites
     from autograder.reference import reference_namespace
-    for assignment_id in sorted({task.assignment for task in pending}):
+    for assignment_id in assignments:
         assignment = course.assignment(assignment_id)
         for notebook in assignment.notebooks:
             reference_namespace(course.source_notebook(assignment, notebook))
+    with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: None)
 
 
-def _parallel(course, layout, pending, jobs, on_done, meanwhile):
-    _warm(course, pending)
+def _parallel(course, layout, pending, sandboxes, on_done, meanwhile):
+    assignments = sorted({task.assignment for task in pending})
+    _warm(course, assignments)
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
         tasks.put(task)
-    workers = [context.Process(target=_work, args=(course, str(layout.out), tasks, events),
-                               daemon=True) for _ in range(min(jobs, len(pending)))]
-    for worker in workers:
+    workers = [context.Process(target=_work, args=(course, str(layout.out), tasks, events, assignments, sandboxes, index),
+                               daemon=True) for index in range(len(sandboxes))]
+    for worker, sandbox in zip(workers, sandboxes):
         tasks.put(None)
         worker.start()
-    meanwhile()  # while the grading processes start (they import torch, start their sandboxes)
+        sandbox.release()  # the grading process holds it now: its death closes the worker's socket
+    meanwhile()  # while the grading processes start
     running = {}   # worker index -> task, unknown: tasks in flight are matched by key
     remaining = {task.key for task in pending}
     exited = 0
@@ -270,11 +281,23 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
     jobs = effective_jobs(jobs, pending)
     if not pending:
         meanwhile()  # nothing to grade: no grading process, no sandbox
-    elif jobs == 1:
-        meanwhile()
-        _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task))
-    else:
-        _parallel(course, layout, pending, jobs, on_done, meanwhile)
+        return
+    # The sandboxes start first: each imports torch (seconds) while this process imports its own.
+    from autograder.sandbox.jail import Started
+    assignments = sorted({task.assignment for task in pending})
+    warm = any(course.uses_compiler_stack(course.assignment(a)) for a in assignments)
+    sandboxes = []
+    try:
+        sandboxes += [Started(course.limits.sandbox != "none", warm) for _ in range(jobs)]
+        if jobs == 1:
+            meanwhile()
+            _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task),
+                         assignments, sandboxes[0])
+        else:
+            _parallel(course, layout, pending, sandboxes, on_done, meanwhile)
+    finally:
+        for sandbox in sandboxes:
+            sandbox.stop()
 
 
 # -- a class, from the folder to the published grades: what grade-class (and each shard) runs ------
@@ -342,12 +365,13 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
     """Grade what `chosen` (a ClassRun) holds pending, record each submission in nbgrader's gradebook as it is done,
     publish grades.csv and the wide export, and mark a shard finished; update(task, result) after
     each.  Ctrl-C stops it with what was graded saved (chosen.interrupted)."""
-    from autograder import gradebook
+    recorder = None
 
-    recorder = gradebook.Recorder(db_url, course, autograded)
-
-    def prepare():  # while the grading processes start
+    def prepare():  # once the sandboxes are starting: nbgrader's import and the gradebook's tables
+        nonlocal recorder
+        from autograder import gradebook
         gradebook.prepare(db_url, course, {task.assignment for task in chosen.tasks}, only_new=True)
+        recorder = gradebook.Recorder(db_url, course, autograded)
 
     def on_done(task):
         result = chosen.layout.graded_one(task.student, task.assignment)
@@ -363,7 +387,8 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
         chosen.interrupted = True
     finally:
         update.close()
-        recorder.close()
+        if recorder is not None:
+            recorder.close()
         chosen.results = publish(course, chosen.layout, db_url)
     recorded = {(result.student, result.assignment) for result in chosen.results}
     if chosen.shard and not chosen.interrupted and all((t.student, t.assignment) in recorded for t in chosen.tasks):

@@ -74,7 +74,8 @@ class Grader:
         except SubmissionError as error:
             return not_graded(notebook, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
-        process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels)
+        process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
+                                 self.course.uses_compiler_stack(assignment))
         try:
             try:
                 process.start()                                                       # 3
@@ -105,14 +106,14 @@ def grade_one(course, assignment, folder, student="student", notebooks=None):
                        assignments=[assignment.id])
 
 
-def open_grader(course, body, assignments=None):
-    """Start a warm worker, collect the suites (of the given assignments, or the whole course)
-    while it starts, and call body(grader)."""
+def open_grader(course, body, assignments=None, started=None):
+    """Start a warm worker (or take over `started`, a sandbox started earlier: jail.Started), collect
+    the suites (of the given assignments, or the whole course) while it starts, and call body(grader)."""
     # One thread for the trusted side's own tensor maths: the machine's cores go to parallel grading
     # processes, and idle worker threads of several processes only compete for them.
     torch.set_num_threads(1)
-    with Worker(course.limits) as worker:
-        worker.start()
-        exercises = [exercise for assignment in course.assignments for exercise in assignment.exercises
-                     if assignments is None or assignment.id in assignments]
+    chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
+    with Worker(course.limits, warm=any(course.uses_compiler_stack(a) for a in chosen)) as worker:
+        worker.start(started)
+        exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
         return with_suites(exercises, lambda suites: body(Grader(course, worker, suites)))

@@ -20,8 +20,6 @@ import logging
 import os
 import select
 import socket
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -75,8 +73,10 @@ class CellReport:
 class Worker:
     """The warm worker: started once in the sandbox, forks one child per submission."""
 
-    def __init__(self, limits):
+    def __init__(self, limits, warm=False):
         self.limits = limits
+        self.warm = warm               # its children use torch's compiler stack (jail.Started)
+        self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.process = None
         self.control = None
         self.log = None
@@ -110,23 +110,12 @@ class Worker:
     def __exit__(self, *exc):
         self.close()
 
-    def start(self):
+    def start(self, started=None):
         """Start the worker (it imports torch while the caller goes on; the first order waits for
-        it); raise jail.SandboxUnavailable when the sandbox cannot be built here."""
-        if self.limits.sandbox != "none":
-            jail.probe()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        if self.limits.sandbox == "none":
-            command = jail.unsandboxed_command(theirs.fileno())
-        else:
-            command = jail.command(theirs.fileno())
-        self.log = tempfile.TemporaryFile()
-        # The sandbox's own processes (bwrap, readable as /proc/1) get none of the grader's environment.
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=self.log, pass_fds=[theirs.fileno()],
-                                        start_new_session=True, env={**jail.ENVIRONMENT, **jail.kernel_environment()})
-        theirs.close()
-        self.control = ours
+        it), or take over one already started (jail.Started); raise jail.SandboxUnavailable when
+        the sandbox cannot be built here."""
+        self.sandbox = started or jail.Started(self.limits.sandbox != "none", self.warm)
+        self.process, self.control, self.log = self.sandbox.process, self.sandbox.control, self.sandbox.log
         self.ready = False
 
     def _wait_ready(self):
@@ -154,7 +143,7 @@ class Worker:
         return reply
 
     def _order(self, order, fds=(), timeout=None):
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None or self.sandbox.exited():
             self.close()
             self.start()
         if not self.ready:
@@ -166,14 +155,17 @@ class Worker:
             self.close()  # a worker that stopped answering is replaced on the next order
             raise WorkerError("the warm worker stopped answering") from None
 
-    def fork(self, memory_mb, kernels=""):
+    def fork(self, memory_mb, kernels="", warm=False):
         """A fresh child for one submission; returns (pid, request fd, reply fd).  kernels: what the
-        assignment's kernels need imported first (course.yml's `kernels`, e.g. "triton")."""
+        assignment's kernels need imported first (course.yml's `kernels`, e.g. "triton"); warm: the
+        child will use torch's compiler stack, which the worker then imports first (once)."""
         requests_read, requests_write = os.pipe()
         replies_read, replies_write = os.pipe()
         order = {"op": "fork", "memory_mb": memory_mb}
         if kernels:
             order["kernels"] = kernels
+        if warm:
+            order["warm"] = True
         try:
             reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernels else CONTROL_TIMEOUT)
         except WorkerError:
@@ -203,28 +195,18 @@ class Worker:
             pass  # the worker is replaced, and its children die with it
 
     def close(self):
-        if self.control is not None:
-            self.control.close()
-            self.control = None
-        if self.process is not None:
-            try:
-                os.killpg(self.process.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.process.wait()
-            self.process = None
+        if self.sandbox is not None:
+            self.sandbox.stop()
+            self.sandbox = self.process = self.control = self.log = None
         if self.accounting is not None:
             self.accounting.close()  # after the worker, whose children leave their cgroups as they die
             self.accounting = None
-        if self.log is not None:
-            self.log.close()
-            self.log = None
 
 
 class StudentProcess:
     """One submission's code, in a child of the warm worker; use as a context manager."""
 
-    def __init__(self, worker, cells, limits=None, kernels=""):
+    def __init__(self, worker, cells, limits=None, kernels="", warm=False):
         self.worker = worker
         self.kernels = kernels    # course.yml's `kernels` of the assignment: imported before the child forks
         self.cells = list(cells)
@@ -245,6 +227,10 @@ class StudentProcess:
         # those it started with are still seen at the call's start and end; and the GPU memory of a
         # child is waited for after it ends.
         self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"
+        # Whether the worker should import torch's compiler stack before the child is forked: the
+        # assignment's tests count work (warm), or the code names an optimiser.  Only a hint: a child
+        # whose code hides its optimiser imports the stack itself, in its own time.
+        self.warm = warm or any("optim" in cell.source for cell in self.cells)
 
     def __enter__(self):
         self.start()
@@ -268,7 +254,8 @@ class StudentProcess:
         """Fork a child and run the notebook's cells; returns the per-cell reports."""
         while True:
             self._budget_left()
-            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb, self.kernels)
+            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb, self.kernels,
+                                                                     self.warm)
             try:
                 self.host_pid = self.worker.host_pid(self.pid)
                 self.group = self.worker.account(self.host_pid)
@@ -391,7 +378,7 @@ class StudentProcess:
     def _in_fresh_child(self, key, message, check):
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
-        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels)
+        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels, self.warm)
         fresh.skip_cells, fresh.hung, fresh.deadline = set(self.skip_cells), self.hung, self.deadline
         fresh.restarts = self.limits.restarts  # no second chance: a crash is this call's
         try:

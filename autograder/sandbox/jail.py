@@ -20,10 +20,14 @@ Inside, the worker adds seccomp filters and per-submission resource limits (conf
 
 import glob
 import os
+import select
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -219,3 +223,63 @@ def probe():
         return ""
     return (f"the sandbox binds the CUDA device's files {', '.join(devices)} (nothing else of /dev), and "
             f"{', '.join(gpu_sys_folders())} read-only")
+
+
+class Started:
+    """The warm worker's sandbox, started: the process (bwrap, or the worker itself with `sandbox:
+    none`), the grader's end of its control socket and its stderr.  It may be started by one process
+    and used by another forked from it (a class's grading processes are handed workers that started
+    while torch was still being imported): liveness is read from a pidfd, which any holder can poll,
+    and only the process that started it reaps it."""
+
+    def __init__(self, sandboxed, warm=False):
+        """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler),
+        while the grader is still busy with its own start."""
+        if sandboxed:
+            probe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log = tempfile.TemporaryFile()
+        # The sandbox's own processes (bwrap, readable as /proc/1) get none of the grader's environment.
+        self.process = subprocess.Popen(command(theirs.fileno()) if sandboxed else unsandboxed_command(theirs.fileno()),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
+                                        pass_fds=[theirs.fileno()], start_new_session=True,
+                                        env={**ENVIRONMENT, **kernel_environment()})
+        theirs.close()
+        self.control = ours
+        if warm:
+            self.control.send(b'{"op": "warm"}')  # read once the worker is ready; it sends no answer
+        self.starter = os.getpid()
+        self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def exited(self):
+        if os.getpid() == self.starter or self.pidfd is None:
+            return self.process.poll() is not None
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def release(self):
+        """In the process that started it, once a forked process has taken it over: close this
+        process's copies of its socket and log, so that the worker sees its socket close when the
+        process using it dies (stop() still reaps it)."""
+        for handle in (self.control, self.log):
+            if handle is not None:
+                handle.close()
+        self.control = self.log = None
+
+    def stop(self):
+        """Kill the sandbox's processes; reap them where this process started them.  Idempotent."""
+        self.release()
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if os.getpid() == self.starter:
+            self.process.wait()
+        elif self.pidfd is not None:
+            select.select([self.pidfd], [], [], 10)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None

@@ -17,6 +17,7 @@ the fork server and the scratch space.
 
 import contextlib
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -57,16 +58,14 @@ counter.install()
 
 def warm_up():
     """Run once what every submission would otherwise pay for on first use: lazy imports and
-    first-call initialisation of autograd, the optimisers, the serialiser and the guard."""
+    first-call initialisation of autograd, the serialiser and the guard."""
     import io
     x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     layer = torch.nn.Linear(4, 4).double()
     scores = (layer(x) @ x.transpose(-2, -1)).masked_fill(torch.ones(3, 3).tril() == 0, float("-inf"))
     loss = F.cross_entropy(torch.softmax(scores, -1).reshape(-1, 3), torch.zeros(6, dtype=torch.long))
     torch.autograd.grad(loss, [x], retain_graph=True)
-    optimizer = torch.optim.Adam(layer.parameters(), lr=1e-3)
     loss.backward()
-    optimizer.step()
     torch.nn.MultiheadAttention(4, 2, batch_first=True)(x.float(), x.float(), x.float())
     with GUARD:
         pass
@@ -142,6 +141,35 @@ def wipe_scratch():
             _empty(root, os.stat(root).st_dev)
 
 
+@contextlib.contextmanager
+def _triton_hidden():
+    """torch.optim imports Triton for its compiler where Triton is installed: hidden from it, unless
+    an assignment's kernels have imported it already."""
+    if "triton" in sys.modules:
+        yield
+        return
+    sys.modules["triton"] = None
+    try:
+        yield
+    finally:
+        del sys.modules["triton"]
+
+
+@functools.lru_cache(maxsize=None)
+def warm_compiler():
+    """Import torch's compiler stack, as an optimiser's first construction and a counted call's
+    dispatch mode do (about a second): once, when the grader says its children will need it (a
+    submission that trains, an assignment whose hidden tests count work), not at every worker's
+    start.  Nothing that fails here is the grader's concern: a child that needs it imports it itself."""
+    with contextlib.suppress(Exception), _triton_hidden():
+        layer = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=1e-3)
+        layer(torch.ones(1, 4)).sum().backward()
+        optimizer.step()
+        with counter.Counted():
+            layer(torch.ones(1, 4))
+
+
 def prepare_kernels(kind):
     """Import what an assignment's kernels need before its first child is forked (kernels.py);
     a line for the instructor when that cannot be done here, else ""."""
@@ -186,7 +214,11 @@ def zygote(control):
         if not data:
             return
         order = json.loads(data)
-        if order["op"] == "fork":
+        if order["op"] == "warm":      # sent at the start, answered by nothing: the grader goes on
+            warm_compiler()
+        elif order["op"] == "fork":
+            if order.get("warm"):
+                warm_compiler()
             problem = prepare_kernels(order.get("kernels"))
             if problem:
                 for fd in fds:
