@@ -1,20 +1,26 @@
 """make bench: grade one class with `nbgrader autograde` and with `make grade`, side by side.
 
-Builds a class in nbgrader's layout (34 students x every assignment of course.yml: perfect,
-untouched, and the catalogue's realistic mistakes), then grades exactly that folder with this
-grader, with `nbgrader autograde` (every assignment, in nbgrader's own course folder), and with
-this grader again, and prints seconds per notebook, their ratio and the peak memory (resident
-set of the whole process tree) of each, beside the floor: the time the hidden checks themselves
-took (recorded per notebook by the grader), spread over the cores.  The newest assignments, whose
-hidden checks measure memory and count work, are also given on their own (nbgrader's seconds are
-its own run of each assignment; this grader's are its wall time shared out by the seconds it
-recorded per notebook).  Then the spread of the measured memory of honest answers: the memory tests
-of the reference and of a correct variant written with einsum, run --spread times each in fresh
-children while another process keeps a core busy.  The figures also go to bench-results.json (or
---json).  Last, the sample class through a one-node Slurm cluster started on this machine, with 1, 2
-and 4 shards, beside one machine (--only-slurm: that part alone).
+Builds a class in nbgrader's layout (16 students x every assignment of course.yml: perfect,
+untouched, and the catalogue's realistic mistakes), then grades exactly that folder in alternating
+rounds (A B A B: this grader, then nbgrader, --rounds times), each round on the same idle machine with
+its load average printed beside it:
 
-    .venv/bin/python -m tests.bench [--students 34] [--jobs N] [--spread 20] [--keep DIR] [--only-slurm]
+  this grader   every assignment on its own, as after its due date (one `grade-class --assignment`
+                each), then the whole class in one run;
+  nbgrader      `nbgrader autograde` of every assignment (in nbgrader's own course folder).
+
+It prints the medians over the rounds: seconds per notebook of each assignment graded on its own and
+their ratio, the whole class's (nbgrader's is the sum of its assignments), the peak memory (resident set
+of the whole process tree) of each, and the floor: the time the hidden checks themselves took
+(recorded per notebook by the grader), spread over the cores, with the grader's wall time over it.
+Then the spread of the measured memory of honest answers: the memory tests of the reference and of a
+correct variant written with einsum, run --spread times each in fresh children while another process
+keeps a core busy.  The figures also go to bench-results.json (or --json).  Last, the sample class
+through a one-node Slurm cluster started on this machine, with 1, 2 and 4 shards, beside one machine
+(--only-slurm: that part alone).
+
+    .venv/bin/python -m tests.bench [--students 16] [--rounds 2] [--assignment ID ...] [--jobs N]
+                                    [--spread 20] [--keep DIR] [--only-slurm]
 """
 
 import argparse
@@ -22,6 +28,7 @@ from collections import defaultdict
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,12 +44,14 @@ from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 PERFECT, UNTOUCHED = 8, 6   # students 0-7 perfect, 8-13 untouched, the rest realistic mistakes
 
 
-def build_class(submitted, students):
+def build_class(submitted, students, assignments=None):
+    """Every student hands in every assignment (or those given by id); returns the notebooks' count."""
+    handed_in = [a for a in COURSE.assignments if assignments is None or a.id in assignments]
     mistakes = {assignment.id: [m for m in MISTAKES if m.exercise in {e.id for e in assignment.exercises}]
-                for assignment in COURSE.assignments}
+                for assignment in handed_in}
     for index in range(students):
         student = f"student{index:03d}"
-        for assignment in COURSE.assignments:
+        for assignment in handed_in:
             answers = solution_answers(assignment.id)
             if index < PERFECT:
                 chosen = answers
@@ -102,65 +111,113 @@ def timed(command, cwd, log, failures_allowed=False):
     return time.monotonic() - started, peak
 
 
-def ours(work, out, jobs, log):
+def ours(work, out, jobs, log, assignment=None):
+    """(seconds, peak memory) of grade-class on the class, or on one assignment of it."""
     return timed([sys.executable, "-m", "autograder", "grade-class", "--submitted", work / "submitted",
-                  "--out", out, "--db", f"sqlite:///{out / 'gradebook.db'}", "--jobs", str(jobs), "--force"],
+                  "--out", out, "--db", f"sqlite:///{out / 'gradebook.db'}", "--jobs", str(jobs), "--force",
+                  *(["--assignment", assignment] if assignment else [])],
                  ROOT, log)
 
 
-def nbgrader_course(work):
+def nbgrader_course(work, assignments):
     """nbgrader's own course folder: the same solutions, released by nbgrader, the same submissions."""
     course = work / "nbgrader"
     shutil.copytree(ROOT / "solutions", course / "solutions")
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-    for assignment in COURSE.assignments:
-        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment.id, "--force",
+    for assignment in assignments:
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
                         "--log-level=ERROR"], cwd=course, check=True, capture_output=True,
                        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
     (course / "submitted").symlink_to(work / "submitted")
     return course
 
 
-def nbgrader_autograde(course, log):
-    """(seconds in all, peak memory, seconds per assignment)."""
-    per_assignment, peak = {}, 0
-    for assignment in COURSE.assignments:
-        seconds, memory = timed([sys.executable, "-m", "nbgrader", "autograde", assignment.id, "--force",
-                                 "--log-level=ERROR", "--ExecutePreprocessor.timeout=60"], course, log,
-                                failures_allowed=True)
-        per_assignment[assignment.id] = seconds
-        peak = max(peak, memory)
-    return sum(per_assignment.values()), peak, per_assignment
+def nbgrader_autograde(course, assignment, log):
+    """(seconds, peak memory) of `nbgrader autograde` of one assignment."""
+    return timed([sys.executable, "-m", "nbgrader", "autograde", assignment, "--force",
+                  "--log-level=ERROR", "--ExecutePreprocessor.timeout=60"], course, log, failures_allowed=True)
 
 
-def recorded_seconds(out):
-    """assignment id -> the seconds this grader recorded for its notebooks (loading and checks)."""
-    found = defaultdict(float)
+def load():
+    """The machine's load average over the last minute, as a round starts."""
+    return round(os.getloadavg()[0], 2)
+
+
+def round_ours(work, index, assignments, jobs, log):
+    """One round of this grader: every assignment on its own, then the whole class in one run."""
+    figures = {"load": load(), "assignments": {}}
+    for assignment in assignments:
+        seconds, _ = ours(work, work / f"ours-{index}-{assignment}", jobs, log, assignment)
+        figures["assignments"][assignment] = round(seconds, 2)
+    out = work / f"ours-{index}"
+    figures["class"], figures["peak"] = ours(work, out, jobs, log)
+    figures["floor"] = floor_seconds(out) / jobs
+    return figures
+
+
+def round_nbgrader(course, assignments, log):
+    figures = {"load": load(), "assignments": {}, "peak": 0}
+    for assignment in assignments:
+        seconds, peak = nbgrader_autograde(course, assignment, log)
+        figures["assignments"][assignment] = round(seconds, 2)
+        figures["peak"] = max(figures["peak"], peak)
+    figures["class"] = sum(figures["assignments"].values())
+    return figures
+
+
+def floor_seconds(out):
+    """The hidden checks' own time, summed over notebooks (the grader records it per notebook)."""
+    total = 0.0
     for path in Path(out).glob("results/*/*/grade.json"):
         record = json.loads(path.read_text())
-        found[path.parent.name] += sum(nb.get("load_seconds", 0.0) + nb.get("suite_seconds", 0.0)
-                                       for nb in record["notebooks"])
-    return found
+        total += sum(nb.get("suite_seconds", 0.0) for nb in record["notebooks"])
+    return total
 
 
-NEWEST = 3  # the assignments given on their own: the last three, whose checks measure memory and count work
+def summary(rounds_ours, rounds_theirs, assignments, students, jobs):
+    """The medians over the rounds: per assignment, the whole class, the floor."""
+    def median(values):
+        return statistics.median(values)
+    per_assignment = []
+    for assignment in assignments:
+        mine = median([r["assignments"][assignment] for r in rounds_ours])
+        their = median([r["assignments"][assignment] for r in rounds_theirs])
+        per_assignment.append({"assignment": assignment, "nbgrader_s_per_notebook": round(their / students, 3),
+                               "ours_s_per_notebook": round(mine / students, 3), "ratio": round(their / mine, 1)})
+    notebooks = students * len(assignments)
+    mine, their = median([r["class"] for r in rounds_ours]), median([r["class"] for r in rounds_theirs])
+    floor = median([r["floor"] for r in rounds_ours])
+    return {
+        "students": students, "notebooks": notebooks, "jobs": jobs, "sandbox": COURSE.limits.sandbox,
+        "rounds": [{"ours": a, "nbgrader": b} for a, b in zip(rounds_ours, rounds_theirs)],
+        "per_assignment": per_assignment,
+        "nbgrader_seconds_per_notebook": round(their / notebooks, 4),
+        "ours_seconds_per_notebook": round(mine / notebooks, 4),
+        "ratio": round(their / mine, 1),
+        "floor_seconds_per_notebook": round(floor / notebooks, 4),
+        "overhead_over_floor": round(mine / floor, 2) if floor else None,
+        "nbgrader_peak_memory_mb": round(max(r["peak"] for r in rounds_theirs) / 2**20),
+        "ours_peak_memory_mb": round(max(r["peak"] for r in rounds_ours) / 2**20),
+    }
 
 
-def newest_assignments(notebooks_per_assignment, theirs, ours_wall, recorded):
-    """[(assignment, nbgrader s/notebook, ours s/notebook, ratio)] for the newest assignments."""
-    total = sum(recorded.values()) or 1.0
-    rows = []
-    for assignment in COURSE.assignments[-NEWEST:]:
-        count = notebooks_per_assignment
-        mine = ours_wall * recorded.get(assignment.id, 0.0) / total / count
-        their = theirs[assignment.id] / count
-        rows.append((assignment.id, round(their, 3), round(mine, 3), round(their / mine, 1) if mine else None))
-    return rows
+def print_summary(figures):
+    print(f"\nmedians of {len(figures['rounds'])} rounds, {figures['students']} students, "
+          f"{figures['jobs']} jobs, sandbox {figures['sandbox']}")
+    print(f"{'each assignment on its own':28}{'nbgrader s/nb':>14}{'make grade s/nb':>17}{'ratio':>8}")
+    for row in figures["per_assignment"]:
+        print(f"  {row['assignment']:26}{row['nbgrader_s_per_notebook']:>14.3f}{row['ours_s_per_notebook']:>17.3f}"
+              f"{row['ratio']:>7}x")
+    print(f"{'the whole class, one run':28}{figures['nbgrader_seconds_per_notebook']:>14.3f}"
+          f"{figures['ours_seconds_per_notebook']:>17.3f}{figures['ratio']:>7}x")
+    print(f"floor (the hidden checks' own time over {figures['jobs']} cores): {figures['floor_seconds_per_notebook']:.3f}"
+          f" s/nb; the whole-class run takes {figures['overhead_over_floor']}x the floor")
+    print(f"peak memory: nbgrader {figures['nbgrader_peak_memory_mb']} MB, make grade "
+          f"{figures['ours_peak_memory_mb']} MB")
 
 
 def memory_spread(runs):
     """The charged memory of honest answers' measured calls, `runs` times each, with a core kept busy."""
-    import statistics
     from autograder.harness.context import Student
     from autograder.student import Cell, StudentProcess, Worker
     from autograder.suites import helpers as A
@@ -202,15 +259,6 @@ def memory_spread(runs):
         busy.kill()
         busy.wait()
     return rows
-
-
-def floor_seconds(out):
-    """The hidden checks' own time, summed over notebooks (the grader records it per notebook)."""
-    total = 0.0
-    for path in Path(out).glob("results/*/*/grade.json"):
-        record = json.loads(path.read_text())
-        total += sum(nb.get("suite_seconds", 0.0) for nb in record["notebooks"])
-    return total
 
 
 def integrity_seconds(students=300):
@@ -283,7 +331,9 @@ def print_slurm(figures):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--students", type=int, default=34)
+    parser.add_argument("--students", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of A (this grader) then B (nbgrader)")
+    parser.add_argument("--assignment", action="append", help="only these assignments (default: all)")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--json", default=str(ROOT / "bench-results.json"))
     parser.add_argument("--spread", type=int, default=20, help="runs of each honest answer's memory tests")
@@ -295,45 +345,25 @@ def main(argv=None):
     if args.only_slurm:
         print_slurm(slurm_runs(work))
         return 0
+    assignments = args.assignment or [assignment.id for assignment in COURSE.assignments]
+    for assignment in assignments:
+        COURSE.assignment(assignment)
     log = work / "bench.log"
-    notebooks = build_class(work / "submitted", args.students)
-    print(f"class: {notebooks} notebooks ({args.students} students x {len(COURSE.assignments)} assignments) "
+    notebooks = build_class(work / "submitted", args.students, assignments)
+    print(f"class: {notebooks} notebooks ({args.students} students x {len(assignments)} assignments) "
           f"in {work / 'submitted'}", flush=True)
-    course = nbgrader_course(work)
-
-    ours_first, ours_first_peak = ours(work, work / "ours-1", args.jobs, log)
-    print(f"make grade (1/2):    {ours_first:7.1f} s", flush=True)
-    theirs, theirs_peak, theirs_per_assignment = nbgrader_autograde(course, log)
-    print(f"nbgrader autograde:  {theirs:7.1f} s", flush=True)
-    ours_second, ours_second_peak = ours(work, work / "ours-2", args.jobs, log)
-    print(f"make grade (2/2):    {ours_second:7.1f} s", flush=True)
-
-    ours_seconds = (ours_first + ours_second) / 2
-    floor = floor_seconds(work / "ours-2") / args.jobs
-    figures = {
-        "notebooks": notebooks, "jobs": args.jobs, "sandbox": COURSE.limits.sandbox,
-        "nbgrader_seconds_per_notebook": round(theirs / notebooks, 4),
-        "ours_seconds_per_notebook": round(ours_seconds / notebooks, 4),
-        "ratio": round(theirs / ours_seconds, 1),
-        "floor_seconds_per_notebook": round(floor / notebooks, 4),
-        "nbgrader_peak_memory_mb": round(theirs_peak / 2**20),
-        "ours_peak_memory_mb": round(max(ours_first_peak, ours_second_peak) / 2**20),
-        "runs_seconds": {"ours": [round(ours_first, 1), round(ours_second, 1)], "nbgrader": round(theirs, 1)},
-    }
-    print()
-    print(f"{'':24}{'s / notebook':>14}{'peak memory':>14}")
-    print(f"{'nbgrader autograde':24}{figures['nbgrader_seconds_per_notebook']:>14.3f}"
-          f"{figures['nbgrader_peak_memory_mb']:>11} MB")
-    print(f"{'make grade':24}{figures['ours_seconds_per_notebook']:>14.3f}{figures['ours_peak_memory_mb']:>11} MB"
-          f"   ({args.jobs} jobs, sandbox {figures['sandbox']})")
-    print(f"{'floor (hidden checks)':24}{figures['floor_seconds_per_notebook']:>14.3f}")
-    print(f"\nratio: {figures['ratio']}x faster than nbgrader autograde")
-    newest = newest_assignments(args.students, theirs_per_assignment, ours_second, recorded_seconds(work / "ours-2"))
-    figures["newest_assignments"] = [dict(zip(("assignment", "nbgrader_s_per_notebook", "ours_s_per_notebook",
-                                              "ratio"), row)) for row in newest]
-    print(f"\nthe newest {NEWEST} assignments on their own (s / notebook):")
-    for assignment, their, mine, ratio in newest:
-        print(f"  {assignment:20} nbgrader {their:6.3f}   make grade {mine:6.3f}   {ratio}x")
+    course = nbgrader_course(work, assignments)
+    rounds_ours, rounds_theirs = [], []
+    for index in range(1, args.rounds + 1):
+        rounds_ours.append(round_ours(work, index, assignments, args.jobs, log))
+        print(f"round {index} A  make grade  (load {rounds_ours[-1]['load']:.2f}): each assignment "
+              f"{sum(rounds_ours[-1]['assignments'].values()):6.1f} s, the class in one run "
+              f"{rounds_ours[-1]['class']:6.1f} s", flush=True)
+        rounds_theirs.append(round_nbgrader(course, assignments, log))
+        print(f"round {index} B  nbgrader    (load {rounds_theirs[-1]['load']:.2f}): each assignment "
+              f"{rounds_theirs[-1]['class']:6.1f} s", flush=True)
+    figures = summary(rounds_ours, rounds_theirs, assignments, args.students, args.jobs)
+    print_summary(figures)
     if args.spread:
         figures["memory_spread"] = memory_spread(args.spread)
         print(f"\nmeasured memory of honest answers, {args.spread} fresh children each, one core kept busy:")
