@@ -1,9 +1,12 @@
-"""Every solution notebook runs top to bottom; every released one runs until its first stub."""
+"""Every solution notebook runs top to bottom, each in a fresh kernel as a student opens it; every
+released one runs until its first stub (one kernel serves them all, its namespace emptied and its
+folder changed before each: starting a kernel that imports torch costs seconds of CPU a notebook)."""
 
 import os
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -17,11 +20,22 @@ NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
 IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
 
 
-def execute(path):
+def execute(path, km=None):
+    """Run a notebook's cells in a fresh kernel, or in the running kernel of `km`, emptied first."""
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=120, kernel_name="python3",
+    if km is not None:
+        notebook.cells.insert(0, nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(path.parent)!r})"))
+    client = NotebookClient(notebook, km=km, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    yield km
+    km.shutdown_kernel(now=True)
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
@@ -30,6 +44,6 @@ def test_solution_notebook_runs_top_to_bottom(assignment, notebook):
 
 
 @pytest.mark.parametrize("assignment,notebook", NOTEBOOKS, ids=IDS)
-def test_released_notebook_stops_at_a_stub(assignment, notebook):
+def test_released_notebook_stops_at_a_stub(kernel, assignment, notebook):
     with pytest.raises(CellExecutionError, match="NotImplementedError"):
-        execute(COURSE.release_notebook(assignment, notebook))
+        execute(COURSE.release_notebook(assignment, notebook), kernel)
