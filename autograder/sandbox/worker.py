@@ -254,5 +254,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "--child":   # fresh_child: one submission's child, on the CUDA device
         requests, replies, memory = (int(arg) for arg in sys.argv[2:5])
         prepare_kernels("triton")     # what it could not do, opening the device says (child)
+        warm_compiler()               # its calls are counted (a fresh child has none of the zygote's warm-up)
         child(None, (requests, replies), memory, True)
     zygote(socket.socket(fileno=int(sys.argv[1])))
