@@ -247,3 +247,33 @@ def start_a_helper():
         assert student.call("through_numpy", 8)["output"] == 8 ** 3
         student.call("start_a_helper")
         assert student.call("product", 8, count_flops=True)["other_threads"] == 1
+
+
+def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_with_it():
+    """A class run starts each sandbox before torch is imported and hands it to a forked grading
+    process (classroom.run): that process grades with it and can tell it died (a pidfd); when the
+    grading process dies without a word, the worker sees its socket close and ends, and the process
+    that started it reaps it."""
+    import multiprocessing
+    import os
+    import signal
+    from autograder.sandbox.jail import Started
+
+    started = Started(LIMITS.sandbox != "none")
+    answers = multiprocessing.get_context("fork").Queue()
+
+    def grading_process():
+        worker = Worker(LIMITS)
+        worker.start(started)
+        with StudentProcess(worker, [Cell("f", "def f():\n    return 42\n")], LIMITS) as process:
+            answers.put((Student(process).call("f")["output"], worker.sandbox.exited()))
+        os.kill(os.getpid(), signal.SIGKILL)   # dies without closing anything
+
+    process = multiprocessing.get_context("fork").Process(target=grading_process)
+    process.start()
+    started.release()
+    value, exited = answers.get(timeout=60)
+    process.join(timeout=30)
+    assert value == 42 and exited is False
+    assert started.process.wait(timeout=30) is not None   # the worker ended once its grader was gone
+    started.stop()
