@@ -218,8 +218,7 @@ def _warm(course, assignments):
     with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: None)
 
 
-def _parallel(course, layout, pending, sandboxes, on_done, meanwhile):
-    assignments = sorted({task.assignment for task in pending})
+def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile):
     _warm(course, assignments)
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
@@ -285,7 +284,7 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
     # The sandboxes start first: each imports torch (seconds) while this process imports its own.
     from autograder.sandbox.jail import Started
     assignments = sorted({task.assignment for task in pending})
-    warm = any(course.uses_compiler_stack(course.assignment(a)) for a in assignments)
+    warm = course.uses_compiler_stack(*map(course.assignment, assignments))
     sandboxes = []
     try:
         sandboxes += [Started(course.limits.sandbox != "none", warm) for _ in range(jobs)]
@@ -294,7 +293,7 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
             _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task),
                          assignments, sandboxes[0])
         else:
-            _parallel(course, layout, pending, sandboxes, on_done, meanwhile)
+            _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile)
     finally:
         for sandbox in sandboxes:
             sandbox.stop()

@@ -136,13 +136,14 @@ class Course:
     def release_notebook(self, assignment, notebook):
         return self.root / "exercises" / assignment.id / notebook.filename
 
-    def uses_compiler_stack(self, assignment):
-        """Whether grading the assignment runs what imports torch's compiler stack in the student's
-        process (about a second, which the warm worker then pays once): hidden tests that count work
-        (course.yml's measured tests, kernels), or a solution that trains with an optimiser."""
-        return (bool(assignment.kernels) or any(exercise.measured for exercise in assignment.exercises)
-                or any(_mentions(self.source_notebook(assignment, notebook), "torch.optim")
-                       for notebook in assignment.notebooks))
+    def uses_compiler_stack(self, *assignments):
+        """Whether grading any of the assignments runs what imports torch's compiler stack in the
+        student's process (about a second, which the warm worker then pays once): hidden tests that
+        count work (course.yml's measured tests, kernels), or a solution that trains with an optimiser."""
+        return any(bool(assignment.kernels) or any(exercise.measured for exercise in assignment.exercises)
+                   or any(_mentions(self.source_notebook(assignment, notebook), "torch.optim")
+                          for notebook in assignment.notebooks)
+                   for assignment in assignments)
 
 
 def parse_due(text, where, what="due"):

@@ -113,7 +113,7 @@ def open_grader(course, body, assignments=None, started=None):
     # processes, and idle worker threads of several processes only compete for them.
     torch.set_num_threads(1)
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
-    with Worker(course.limits, warm=any(course.uses_compiler_stack(a) for a in chosen)) as worker:
+    with Worker(course.limits, warm=course.uses_compiler_stack(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
         return with_suites(exercises, lambda suites: body(Grader(course, worker, suites)))

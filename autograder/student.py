@@ -77,9 +77,6 @@ class Worker:
         self.limits = limits
         self.warm = warm               # its children use torch's compiler stack (jail.Started)
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
-        self.process = None
-        self.control = None
-        self.log = None
         self.ready = False
         self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the kernel lets us
         self.accounting_problem = None  # else why not, in one line
@@ -110,12 +107,23 @@ class Worker:
     def __exit__(self, *exc):
         self.close()
 
+    @property
+    def process(self):
+        return self.sandbox.process if self.sandbox is not None else None
+
+    @property
+    def control(self):
+        return self.sandbox.control if self.sandbox is not None else None
+
+    @property
+    def log(self):
+        return self.sandbox.log if self.sandbox is not None else None
+
     def start(self, started=None):
         """Start the worker (it imports torch while the caller goes on; the first order waits for
         it), or take over one already started (jail.Started); raise jail.SandboxUnavailable when
         the sandbox cannot be built here."""
         self.sandbox = started or jail.Started(self.limits.sandbox != "none", self.warm)
-        self.process, self.control, self.log = self.sandbox.process, self.sandbox.control, self.sandbox.log
         self.ready = False
 
     def _wait_ready(self):
@@ -197,7 +205,7 @@ class Worker:
     def close(self):
         if self.sandbox is not None:
             self.sandbox.stop()
-            self.sandbox = self.process = self.control = self.log = None
+            self.sandbox = None
         if self.accounting is not None:
             self.accounting.close()  # after the worker, whose children leave their cgroups as they die
             self.accounting = None

@@ -251,10 +251,6 @@ class Started:
         self.starter = os.getpid()
         self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
 
-    @property
-    def pid(self):
-        return self.process.pid
-
     def exited(self):
         if os.getpid() == self.starter or self.pidfd is None:
             return self.process.poll() is not None
