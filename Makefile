@@ -28,7 +28,7 @@ SLURM_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup sandbox grade report test check exercise release sample-class bench merge student-kit gradescope \
+.PHONY: setup sandbox grade serve report test check exercise release sample-class bench merge student-kit gradescope \
         push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys
 
 setup: $(VENV)/.installed sandbox
@@ -55,6 +55,10 @@ sandbox:
 ## Grade every submission under $(SUBMITTED)/<student>/<assignment>/ (the sample class by default).
 grade: setup
 	$(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
+
+## A grading service that keeps torch, the suites and started sandboxes warm for make grade (until Ctrl-C).
+serve: setup
+	$(GRADER) serve $(if $(JOBS),--jobs $(JOBS))
 
 ## Item analysis of what make grade wrote.
 report: setup

@@ -204,7 +204,7 @@ def _work(course, out, tasks, events, assignments, sandboxes, index):
     events.put(("exit", None))
 
 
-def _warm(course, assignments):
+def prime(course, assignments):
     """Import what grading needs, the suites' modules among it, and run the reference solutions
     once, here, so that every grading process forked from this one starts with them (this process
     never runs student code)."""
@@ -219,7 +219,7 @@ def _warm(course, assignments):
 
 
 def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile):
-    _warm(course, assignments)
+    prime(course, assignments)
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
@@ -287,7 +287,7 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
     warm = course.uses_compiler_stack(*map(course.assignment, assignments))
     sandboxes = []
     try:
-        sandboxes += [Started(course.limits.sandbox != "none", warm) for _ in range(jobs)]
+        sandboxes += [Started.take(course.limits.sandbox != "none", warm) for _ in range(jobs)]
         if jobs == 1:
             meanwhile()
             _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task),

@@ -1,7 +1,8 @@
 """Command line: python -m autograder COMMAND ...; `--help` on each says more.
 
-    grading       grade (one notebook), grade-class, merge (shards), grade-slurm, k8s-manifests,
-                  gradescope (inside Gradescope's image), report, manual-score
+    grading       grade (one notebook), grade-class, serve (keeps grade-class warm), merge (shards),
+                  grade-slurm, k8s-manifests, gradescope (inside Gradescope's image), report,
+                  manual-score
     delivery      release, student-kit, gradescope-zip, collect-push, post-push
     the LMS       export-lms, lms-keys, lms-push
     authoring     new-exercise
@@ -192,6 +193,19 @@ def _grade_class(args, course):
     return 0
 
 
+def _serve(args, course):
+    from autograder import classroom, service
+
+    if args.status:
+        state = service.status(course.root)
+        print(json.dumps(state) if state else f"no grading service runs for {course.root}")
+        return 0 if state else 1
+    if course.limits.sandbox != "none":
+        _say(probe())
+    return service.serve(course, sys.argv[1:], args.jobs or classroom.default_jobs(),
+                         lambda line: print(line, flush=True))
+
+
 def _merge(args, course):
     from autograder import classroom
     results = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
@@ -377,7 +391,15 @@ def parser():
     whole.add_argument("--table", action="store_true", help="print a table of the graded submissions")
     whole.add_argument("--autograded", default=None,
                        help="nbgrader's autograded/ folder (default: beside the submitted folder)")
+    whole.add_argument("--no-service", action="store_true",
+                       help="grade in this process even where a grading service runs (see serve)")
     whole.set_defaults(run=_grade_class)
+
+    service = commands.add_parser("serve", help="a grading service that keeps torch, the suites and started "
+                                                "sandboxes warm for grade-class (until Ctrl-C)")
+    service.add_argument("--jobs", type=int, default=0, help="sandboxes kept started (default: one per core)")
+    service.add_argument("--status", action="store_true", help="print the running service's state and exit")
+    service.set_defaults(run=_serve)
 
     merge = commands.add_parser("merge", help="combine the output folders of --shard runs into one")
     merge.add_argument("shards", nargs="+", help="output folders of grade-class --shard runs")
@@ -507,6 +529,11 @@ def main(argv=None):
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     try:
         course = load_course(args.course)
+        if args.command == "grade-class" and not args.no_service:
+            from autograder import service
+            code = service.forward(course.root, sys.argv[1:] if argv is None else argv)
+            if code is not None:
+                return code
         if getattr(args, "db", "") is None:
             args.db = f"sqlite:///{course.root / 'gradebook.db'}"
         return args.run(args, course)

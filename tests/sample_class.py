@@ -163,6 +163,118 @@ STUDENTS = {
 }
 
 
+def all_but(exercise_id, *kept):
+    """Every hidden test of the exercise (course.yml's) but `kept`, as "exercise: test": what an answer
+    that crashes, or fails the gate, loses."""
+    exercise = next(e for a in COURSE.assignments for e in a.exercises if e.id == exercise_id)
+    return [f"{exercise_id}: {test}" for test in exercise.points if test not in kept]
+
+
+# The hidden tests each student loses, as "exercise: test"; every other test of what they handed in
+# earns its points as course.yml gives them, so the expected scores follow a change of points.
+LOST = {
+    ('cara_no_scaling', 'scaled_attention'): (
+        'sdpa: test_matches_torch_attention',
+        'sdpa: test_matches_torch_attention_with_mask',
+        'sdpa: test_matches_reference_solution',
+    ),
+    ('dev_wrong_axes', 'scaled_attention'): (
+        *all_but('sdpa',
+                 'test_shapes_with_any_leading_dims',
+                 'test_mask_broadcasts_over_batch_and_heads',
+                 'test_large_scores_stay_finite',
+                 'test_keeps_float32_and_float64',
+                 'test_gradients_reach_q_k_v'),
+    ),
+    ('dev_wrong_axes', 'masks'): (
+        'causal_mask: test_allows_keys_up_to_the_query',
+        'causal_mask: test_makes_attention_causal',
+    ),
+    ('dev_wrong_axes', 'multi_head'): (
+        *all_but('heads', 'test_split_heads_shape'),
+        'mha: test_matches_torch_multihead_attention',
+        'mha: test_matches_torch_with_causal_mask',
+        'mha: test_matches_torch_cross_attention',
+        'mha: test_matches_reference_without_bias',
+    ),
+    ('eli_three_d_only', 'scaled_attention'): (*all_but('sdpa', 'test_matches_reference_solution'),),
+    ('eli_three_d_only', 'masks'): ('causal_mask: test_is_boolean_and_square',),
+    ('fay_syntax_error', 'scaled_attention'): (*all_but('sdpa'),),
+    ('fay_syntax_error', 'multi_head'): (
+        *all_but('heads'),
+        *all_but('mha', 'test_rejects_indivisible_d_model', 'test_has_four_projections', 'test_bias_flag'),
+    ),
+    ('gus_infinite_loop', 'scaled_attention'): (*all_but('sdpa'),),
+    ('ivy_hostile', 'scaled_attention'): (*all_but('sdpa'),),
+    ('ivy_hostile', 'multi_head'): (
+        *all_but('mha', 'test_rejects_indivisible_d_model', 'test_has_four_projections', 'test_bias_flag'),
+    ),
+    ('jon_unstable', 'attention_basics'): (
+        'softmax: test_survives_large_inputs',
+        'softmax: test_rows_on_different_scales',
+        'numpy_attention: test_survives_large_scores',
+    ),
+    ('jon_unstable', 'heads_at_work'): ('causal_self_attention: test_eval_mode_is_deterministic',),
+    ('kim_mask_bugs', 'masks'): (
+        'padding_mask: test_allows_real_keys_only',
+        'padding_mask: test_padded_keys_do_not_change_outputs',
+        'fix_causal_attention: test_is_causal',
+        'fix_causal_attention: test_matches_causal_attention',
+    ),
+    ('kim_mask_bugs', 'kv_cache'): ('gqa: test_matches_torch_grouped_query_attention', 'gqa: test_with_causal_mask'),
+    ('lea_direct_attention', 'flash_attention'): (
+        *all_but('online_softmax',
+                 'test_returns_arrays_of_the_row_shape',
+                 'test_first_block_gives_its_max_and_sum',
+                 'test_leaves_its_inputs_unchanged'),
+        'tiled_attention: test_causal_skips_tiles_above_the_diagonal',
+        'tiled_attention: test_memory_stays_below_one_score_matrix',
+        'tiled_attention: test_causal_memory_stays_below_one_score_matrix',
+        'tiled_backward: test_memory_stays_below_one_score_matrix',
+    ),
+    ('max_flash_slips', 'flash_attention'): (
+        'tiled_attention: test_half_precision_keeps_the_state_in_float32',
+        'tiled_attention: test_logsumexp',
+        'tiled_attention: test_memory_stays_below_one_score_matrix',
+        'tiled_attention: test_causal_memory_stays_below_one_score_matrix',
+        *all_but('tiled_backward', 'test_returns_three_gradients', 'test_dv'),
+        *all_but('attention_costs', 'test_returns_two_whole_numbers', 'test_flops'),
+    ),
+    ('max_flash_slips', 'triton_attention'): (
+        'softmax_kernel: test_columns_not_a_power_of_two',
+        'softmax_kernel: test_keeps_float16',
+        'flash_kernel: test_causal_skips_tiles_above_the_diagonal',
+    ),
+    ('noor_rope_layout', 'latent_attention'): ('rope: test_matches_the_reference',),
+    ('omar_latent_cache', 'latent_attention'): (
+        'mla: test_cache_holds_the_latent_and_the_rope_key_only',
+        'absorbed: test_never_up_projects_the_cache',
+        'cache_bytes: test_latent',
+    ),
+    ('pia_pruning_slips', 'head_pruning'): (
+        'head_importance: test_matches_the_recomputed_importances',
+        'pruning_curve: test_hands_the_model_back',
+    ),
+}
+
+
+def expected_score(student, assignment):
+    """What course.yml's points make of the tests the student loses (0 for an untouched, corrupt or
+    empty notebook, and for an assignment not handed in)."""
+    answers = STUDENTS[student].get(assignment)
+    if not isinstance(answers, dict):
+        return 0.0
+    points = {f"{e.id}: {test}": value for e in COURSE.assignment(assignment).exercises
+              for test, value in e.points.items()}
+    return sum(points.values()) - sum(points[name] for name in LOST.get((student, assignment), ()))
+
+
+# grades.csv has a row per student for every assignment somebody handed in (0 where they did not).
+HANDED_IN = [a for a in ALL if any(isinstance(work.get(a), (dict, str)) for work in STUDENTS.values())]
+EXPECTED = {(student, assignment): expected_score(student, assignment)
+            for student in STUDENTS for assignment in HANDED_IN}
+
+
 def build(submitted=SUBMITTED):
     submitted = Path(submitted)
     if submitted.exists():

@@ -232,9 +232,12 @@ class Started:
     while torch was still being imported): liveness is read from a pidfd, which any holder can poll,
     and only the process that started it reaps it."""
 
+    spares = []  # started ahead by the grading service (service.py) for the next run to take over
+
     def __init__(self, sandboxed, warm=False):
         """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler),
         while the grader is still busy with its own start."""
+        self.sandboxed, self.warm = sandboxed, warm
         if sandboxed:
             probe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -250,6 +253,32 @@ class Started:
             self.control.send(b'{"op": "warm"}')  # read once the worker is ready; it sends no answer
         self.starter = os.getpid()
         self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
+
+    @classmethod
+    def take(cls, sandboxed, warm=False):
+        """A spare that is still alive and sandboxed alike (told to warm up if it was not), or a new one."""
+        while cls.spares:
+            spare = cls.spares.pop()
+            if spare.sandboxed == sandboxed and spare.control is not None and not spare.exited():
+                if warm and not spare.warm:
+                    spare.control.send(b'{"op": "warm"}')
+                    spare.warm = True
+                return spare
+            spare.stop()
+        return cls(sandboxed, warm)
+
+    def ready(self):
+        """Whether the worker has said it is ready (its torch imported), without reading the message."""
+        return self.control is not None and bool(select.select([self.control], [], [], 0)[0])
+
+    def reaped(self):
+        """In the process that started it: whether it has ended (and is reaped), without waiting."""
+        if self.process.poll() is None:
+            return False
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        return True
 
     def exited(self):
         if os.getpid() == self.starter or self.pidfd is None:

@@ -52,7 +52,7 @@ def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6
     the course's own gradebook.db and autograded/ unless `gradebook` and `autograded` say otherwise.  selection: grade-class's --assignment/--student options."""
     python = f"{mount}/.venv/bin/python -m autograder"
     shard = f'{out}/shards/shard-$((JOB_COMPLETION_INDEX + 1))'
-    grade = (f'{python} grade-class --submitted {submitted} --jobs {jobs} {shlex.join(selection)} --out "{shard}" '
+    grade = (f'{python} grade-class --no-service --submitted {submitted} --jobs {jobs} {shlex.join(selection)} --out "{shard}" '
              f'--db "sqlite:///{shard}/gradebook.db" --autograded "{shard}/autograded" '
              f'--shard "$((JOB_COMPLETION_INDEX + 1))/{shards}"')
     folders = " ".join(f"{out}/shards/shard-{k}" for k in range(1, shards + 1))

@@ -99,7 +99,8 @@ def _run(tool, *args):
 
 def shard_script(plan):
     grade = [plan.python, "-m", "autograder", "--course", str(plan.course_path), "grade-class",
-             "--submitted", str(plan.submitted), "--jobs", str(plan.jobs)]
+             "--submitted", str(plan.submitted), "--jobs", str(plan.jobs),
+             "--no-service"]  # a shard grades within its own job's resources, never in a service elsewhere
     for assignment in plan.assignments:
         grade += ["--assignment", assignment]
     for student in plan.students:

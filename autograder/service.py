@@ -1,0 +1,316 @@
+"""A grading service that stays warm between runs: `python -m autograder serve` (make serve).
+
+Graded one assignment at a time, a class pays seconds before its first check: torch imported in the
+grader, the reference solutions run, the suites collected, nbgrader's gradebook imported, and torch
+imported again in each sandbox's worker.  The service pays them once and keeps them: `grade-class`
+(make grade) hands its command to it when one runs for the course, and grades on its own otherwise.
+
+    grade-class (the client)                   the service (one per course root and user)
+      connect to <root>/.grader/service.sock -> accept only a process of the same user
+      send its arguments, folder, environment
+      and its stdin, stdout and stderr        -> fork: the child runs the same grade-class, on the
+                                                 client's terminal, taking over the spare sandboxes
+                                                 (jail.Started.spares); new spares start once it ends
+      Ctrl-C goes on to the child             <- the child's exit code
+
+The service runs no student code (that is the sandboxes'), and each run's sandboxes served no run
+before.  When the grader's code, course.yml, the solutions or the released notebooks change on disk,
+or the client's environment differs in what torch, Triton or the sandbox read as they start, the
+client grades on its own and says why, and the service starts itself again to take the change in.
+"""
+
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+
+from autograder.course import CourseError
+from autograder.sandbox.jail import Started
+
+# What torch, Triton and the sandbox read from the environment as they start (the service started
+# them once): a client whose values differ is graded without the service.
+READ_AT_START = ("AUTOGRADER_", "TRITON_", "CUDA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "PYTHON")
+MESSAGE_BYTES = 1 << 20
+
+
+def socket_path(root):
+    return Path(root) / ".grader" / "service.sock"
+
+
+def course_stamp(root):
+    """What the service holds in memory, as the files on disk are now: the grader's code (the suites
+    among it), course.yml, the solutions and the released notebooks (size and modification time)."""
+    root = Path(root)
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    paths = sorted(package.rglob("*.py")) + [root / "course.yml"]
+    paths += sorted((root / "solutions").rglob("*.ipynb")) + sorted((root / "exercises").rglob("*.ipynb"))
+    for path in paths:
+        try:
+            status = path.stat()
+            digest.update(f"{path}\0{status.st_mtime_ns}\0{status.st_size}\n".encode())
+        except OSError:
+            digest.update(f"{path}\0missing\n".encode())
+    return digest.hexdigest()
+
+
+def read_at_start(environment):
+    return {key: value for key, value in environment.items() if key.startswith(READ_AT_START)}
+
+
+def _send(connection, message):
+    connection.send(json.dumps(message).encode())
+
+
+def _receive(connection):
+    data = connection.recv(MESSAGE_BYTES)
+    return json.loads(data) if data else None
+
+
+# -- the client: what grade-class does first ----------------------------------------------------------
+
+def _connect(root):
+    path = socket_path(root)
+    if not path.exists():
+        return None
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        connection.connect(str(path))
+    except OSError:  # left behind by a service that ended
+        connection.close()
+        return None
+    return connection
+
+
+def forward(root, argv):
+    """Run `python -m autograder ARGV` (a grade-class) in the course's service: its exit code, or None
+    where no service runs for the course or it cannot take this run (the reason is printed)."""
+    connection = _connect(root)
+    if connection is None:
+        return None
+    request = {"op": "grade", "argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ),
+               "root": str(Path(root).resolve())}
+    with connection:
+        try:
+            socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
+            answer = _receive(connection)
+        except OSError as error:
+            print(f"note: the grading service did not answer ({error}); grading without it", file=sys.stderr)
+            return None
+        if not answer or "refused" in answer:
+            print(f"note: grading without the grading service ({(answer or {}).get('refused', 'it ended')})",
+                  file=sys.stderr)
+            return None
+        child = int(answer["pid"])
+        print(f"(graded in the course's grading service, pid {child})", file=sys.stderr, flush=True)
+        passed_on = {number: signal.signal(number, lambda number, _: os.kill(child, number))
+                     for number in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            answer = _receive(connection)
+        finally:
+            for number, handler in passed_on.items():
+                signal.signal(number, handler)
+    if answer is None:
+        print("error: the grading service stopped in the middle of this run; what was graded is saved, "
+              "run the same command again", file=sys.stderr)
+        return 1
+    return int(answer["exit"])
+
+
+def status(root):
+    """The service's state ({"spares": n, "ready": n, "running": n}), or None where none runs."""
+    connection = _connect(root)
+    if connection is None:
+        return None
+    with connection:
+        _send(connection, {"op": "status"})
+        return _receive(connection)
+
+
+# -- the service ----------------------------------------------------------------------------------
+
+class Service:
+    """One course's grading service: a listening socket, the spare sandboxes, the runs in progress."""
+
+    def __init__(self, course, argv, jobs, say):
+        self.course, self.argv, self.jobs, self.say = course, argv, jobs, say
+        self.root = course.root.resolve()
+        self.stamp = course_stamp(self.root)
+        self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
+        self.environment = read_at_start(self.started_with)
+        self.sandboxed = course.limits.sandbox != "none"
+        self.warm = course.uses_compiler_stack(*course.assignments)
+        self.runs = set()       # pids of the children grading a run
+        self.handed = []        # sandboxes given to a run: this process started them and reaps them
+        self.restart = False
+        self.listener = None
+
+    def prime(self):
+        """Everything a run would otherwise start with, in this process (never student code)."""
+        from autograder import classroom, gradebook  # noqa: F401  (nbgrader's modules)
+        classroom.prime(self.course, [assignment.id for assignment in self.course.assignments])
+        self.refill()
+
+    def refill(self):
+        while len(Started.spares) < self.jobs:
+            Started.spares.append(Started(self.sandboxed, self.warm))
+
+    def listen(self):
+        path = socket_path(self.root)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        if _connect(self.root) is not None:
+            raise CourseError(f"a grading service already runs for this course ({path})")
+        path.unlink(missing_ok=True)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(str(path))
+        os.chmod(path, 0o600)
+        self.listener.listen(8)
+
+    def refusal(self, request):
+        if request.get("root") != str(self.root):
+            return f"it serves the course at {self.root}"
+        if self.restart or course_stamp(self.root) != self.stamp:
+            self.restart = True
+            return "the course or the grader changed since it started; it is starting again"
+        if read_at_start(request.get("env", {})) != self.environment:
+            return "this shell's environment differs from the service's in what torch or the sandbox read"
+        return ""
+
+    def accept(self):
+        connection, _ = self.listener.accept()
+        _, uid, _ = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                              struct.calcsize("3i")))
+        if uid != os.getuid():  # the folder is the user's alone; this is the second lock
+            connection.close()
+            return
+        try:
+            data, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 3)
+            request = json.loads(data)
+        except (OSError, ValueError):
+            connection.close()
+            return
+        try:
+            if request.get("op") == "status":
+                _send(connection, {"spares": len(Started.spares), "running": len(self.runs),
+                                   "ready": sum(spare.ready() for spare in Started.spares)})
+                return
+            reason = self.refusal(request) if len(fds) == 3 else "no terminal was handed over"
+            if reason:
+                _send(connection, {"refused": reason})
+                return
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                self.listener.close()
+                run_in_child(connection, fds, request)
+            self.runs.add(pid)
+            for spare in Started.spares:
+                spare.release()   # the run holds them now: its end closes their sockets
+            self.handed += Started.spares
+            Started.spares = []
+            self.say(f"run {pid}: {' '.join(request['argv'])}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+            connection.close()
+
+    def reap(self):
+        for pid in list(self.runs):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                self.runs.discard(pid)
+        self.handed = [sandbox for sandbox in self.handed if not sandbox.reaped()]
+
+    def serve(self):
+        while not (self.restart and not self.runs):
+            if not self.runs:
+                self.refill()  # between runs, so that a worker's start never competes with grading
+            if select.select([self.listener], [], [], 0.5)[0]:
+                self.accept()
+            self.reap()
+
+    def close(self):
+        if self.listener is not None:
+            self.listener.close()
+            socket_path(self.root).unlink(missing_ok=True)
+        for sandbox in Started.spares + self.handed:
+            sandbox.stop()
+        Started.spares = []
+
+
+def run_in_child(connection, fds, request):
+    """The forked child: grade-class exactly as the client would run it, on the client's terminal."""
+    from autograder import cli
+
+    code = 1
+    finished = threading.Event()
+    try:
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _send(connection, {"pid": os.getpid()})
+
+        def watch():  # the client gone (its terminal closed, killed): stop as Ctrl-C would
+            try:
+                while connection.recv(16):
+                    pass
+            except OSError:
+                pass
+            if not finished.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=watch, daemon=True).start()
+        code = cli.main([*request["argv"], "--no-service"])
+    except SystemExit as error:
+        code = error.code if isinstance(error.code, int) else 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: B902 - the client must hear of it
+        import traceback
+        traceback.print_exc()
+    finally:
+        finished.set()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _send(connection, {"exit": code})
+        except (OSError, ValueError):
+            pass
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def _stop(number, frame):
+    raise KeyboardInterrupt
+
+
+def serve(course, argv, jobs, say=print):
+    """Run the course's grading service until Ctrl-C (or SIGTERM); start again when the course changes."""
+    service = Service(course, argv, jobs, say)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        service.prime()
+        service.listen()
+        say(f"grading service for {service.root} ready ({jobs} sandboxes kept started); grade-class and "
+            "make grade use it; Ctrl-C stops it")
+        service.serve()
+    except KeyboardInterrupt:
+        say("grading service stopped")
+        return 0
+    finally:
+        service.close()
+    say("the course changed: the grading service starts again")
+    os.execve(sys.executable, [sys.executable, "-m", "autograder", *argv], service.started_with)
