@@ -202,8 +202,8 @@ def _serve(args, course):
         return 0 if state else 1
     if course.limits.sandbox != "none":
         _say(probe())
-    return service.serve(course, sys.argv[1:], args.jobs or classroom.default_jobs(),
-                         lambda line: print(line, flush=True))
+    return service.serve(course, args.argv, args.jobs or classroom.default_jobs(),
+                         lambda line: print(line, flush=True), main)
 
 
 def _merge(args, course):
@@ -376,6 +376,8 @@ def parser():
     grade.add_argument("--json", help="where to write Gradescope's results.json")
     grade.add_argument("--feedback", help="where to write the student's feedback (.md, or .html)")
     grade.add_argument("--student", default="student")
+    grade.add_argument("--no-service", action="store_true", help="grade in this process even where a grading "
+                                                                 "service runs (see serve)")
     grade.add_argument("notebook")
     grade.set_defaults(run=_grade)
 
@@ -525,18 +527,23 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(map(str, argv))
     # nbgrader runs tools of its own (alembic) from PATH; they live beside this interpreter.
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     try:
         course = load_course(args.course)
-        if args.command == "grade-class" and not args.no_service:
+        why_not = ""
+        if args.command in ("grade", "grade-class") and not args.no_service:
             from autograder import service
-            code = service.forward(course.root, sys.argv[1:] if argv is None else argv)
+            code, why_not = service.forward(course.root, args.argv)
             if code is not None:
                 return code
         if getattr(args, "db", "") is None:
             args.db = f"sqlite:///{course.root / 'gradebook.db'}"
-        return args.run(args, course)
+        code = args.run(args, course)
+        if why_not and code == 0:   # after the run: an error stays the one line it is
+            print(f"note: run without the course's grading service: {why_not}", file=sys.stderr)
+        return code
     except SandboxUnavailable as error:
         print(f"error: the sandbox cannot be built here ({error}); install bubblewrap and allow user "
               "namespaces, or set `sandbox: none` in course.yml to run student code unsandboxed",

@@ -10,7 +10,8 @@ imported again in each sandbox's worker.  The service pays them once and keeps t
       send its arguments, folder, environment
       and its stdin, stdout and stderr        -> fork: the child runs the same grade-class, on the
                                                  client's terminal, taking over the spare sandboxes
-                                                 (jail.Started.spares); new spares start once it ends
+                                                 it needs (jail.Started.spares); once it ends, those
+                                                 it took are stopped and new ones started
       Ctrl-C goes on to the child             <- the child's exit code
 
 The service runs no student code (that is the sandboxes'), and each run's sandboxes served no run
@@ -31,11 +32,11 @@ import threading
 from pathlib import Path
 
 from autograder.course import CourseError
-from autograder.sandbox.jail import Started
+from autograder.sandbox.jail import Started, kernel_environment
 
 # What torch, Triton and the sandbox read from the environment as they start (the service started
 # them once): a client whose values differ is graded without the service.
-READ_AT_START = ("AUTOGRADER_", "TRITON_", "CUDA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "PYTHON")
+READ_AT_START = ("AUTOGRADER_", "TRITON_", "CUDA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "PYTHON", "LD_LIBRARY_PATH")
 MESSAGE_BYTES = 1 << 20
 
 
@@ -61,7 +62,10 @@ def course_stamp(root):
 
 
 def read_at_start(environment):
-    return {key: value for key, value in environment.items() if key.startswith(READ_AT_START)}
+    """What of an environment torch, Triton and the sandbox read as they start, with what the grader
+    sets itself where it is unset (reference.py: the kernels' environment, TRITON_INTERPRET=1 on a CPU)."""
+    seen = {key: value for key, value in environment.items() if key.startswith(READ_AT_START)}
+    return {**kernel_environment(environment), **seen}
 
 
 def _send(connection, message):
@@ -89,11 +93,12 @@ def _connect(root):
 
 
 def forward(root, argv):
-    """Run `python -m autograder ARGV` (a grade-class) in the course's service: its exit code, or None
-    where no service runs for the course or it cannot take this run (the reason is printed)."""
+    """Run `python -m autograder ARGV` (grade or grade-class) in the course's service.  Returns (its
+    exit code, "") where the service ran it; (None, why) where the caller must run it itself: why is
+    "" where no service runs for the course, else the reason it could not take this run."""
     connection = _connect(root)
     if connection is None:
-        return None
+        return None, ""
     request = {"op": "grade", "argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ),
                "root": str(Path(root).resolve())}
     with connection:
@@ -101,14 +106,10 @@ def forward(root, argv):
             socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
             answer = _receive(connection)
         except OSError as error:
-            print(f"note: the grading service did not answer ({error}); grading without it", file=sys.stderr)
-            return None
+            return None, f"it did not answer: {error}"
         if not answer or "refused" in answer:
-            print(f"note: grading without the grading service ({(answer or {}).get('refused', 'it ended')})",
-                  file=sys.stderr)
-            return None
+            return None, (answer or {}).get("refused", "it ended")
         child = int(answer["pid"])
-        print(f"(graded in the course's grading service, pid {child})", file=sys.stderr, flush=True)
         passed_on = {number: signal.signal(number, lambda number, _: os.kill(child, number))
                      for number in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -119,8 +120,10 @@ def forward(root, argv):
     if answer is None:
         print("error: the grading service stopped in the middle of this run; what was graded is saved, "
               "run the same command again", file=sys.stderr)
-        return 1
-    return int(answer["exit"])
+        return 1, ""
+    if answer["exit"] == 0:
+        print(f"(run in the course's grading service, pid {child})", file=sys.stderr, flush=True)
+    return int(answer["exit"]), ""
 
 
 def status(root):
@@ -138,16 +141,15 @@ def status(root):
 class Service:
     """One course's grading service: a listening socket, the spare sandboxes, the runs in progress."""
 
-    def __init__(self, course, argv, jobs, say):
-        self.course, self.argv, self.jobs, self.say = course, argv, jobs, say
+    def __init__(self, course, argv, jobs, say, command):
+        self.course, self.argv, self.jobs, self.say, self.command = course, argv, jobs, say, command
         self.root = course.root.resolve()
         self.stamp = course_stamp(self.root)
         self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
         self.environment = read_at_start(self.started_with)
         self.sandboxed = course.limits.sandbox != "none"
         self.warm = course.uses_compiler_stack(*course.assignments)
-        self.runs = set()       # pids of the children grading a run
-        self.handed = []        # sandboxes given to a run: this process started them and reaps them
+        self.runs = {}          # pid of a child running a command -> (its pipe, the spares it was offered)
         self.restart = False
         self.listener = None
 
@@ -179,8 +181,11 @@ class Service:
         if self.restart or course_stamp(self.root) != self.stamp:
             self.restart = True
             return "the course or the grader changed since it started; it is starting again"
-        if read_at_start(request.get("env", {})) != self.environment:
-            return "this shell's environment differs from the service's in what torch or the sandbox read"
+        theirs = read_at_start(request.get("env", {}))
+        differing = sorted(key for key in theirs.keys() | self.environment.keys()
+                           if theirs.get(key) != self.environment.get(key))
+        if differing:
+            return f"this shell's environment differs from the service's in {', '.join(differing[:4])}"
         return ""
 
     def accept(self):
@@ -207,15 +212,15 @@ class Service:
                 return
             sys.stdout.flush()
             sys.stderr.flush()
+            taken, told = os.pipe()
             pid = os.fork()
             if pid == 0:
                 self.listener.close()
-                run_in_child(connection, fds, request)
-            self.runs.add(pid)
-            for spare in Started.spares:
-                spare.release()   # the run holds them now: its end closes their sockets
-            self.handed += Started.spares
-            Started.spares = []
+                os.close(taken)
+                run_in_child(connection, fds, request, self.command, told)
+            os.close(told)
+            self.runs[pid] = (taken, Started.spares)
+            Started.spares = []   # the run's to take while it lasts
             self.say(f"run {pid}: {' '.join(request['argv'])}")
         finally:
             for fd in fds:
@@ -223,10 +228,22 @@ class Service:
             connection.close()
 
     def reap(self):
-        for pid in list(self.runs):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                self.runs.discard(pid)
-        self.handed = [sandbox for sandbox in self.handed if not sandbox.reaped()]
+        """Runs that ended: the spares they took are stopped (no sandbox serves two runs), the others
+        are spares again."""
+        for pid, (taken, offered) in list(self.runs.items()):
+            if not os.waitpid(pid, os.WNOHANG)[0]:
+                continue
+            del self.runs[pid]
+            with os.fdopen(taken, "rb") as pipe:
+                try:
+                    used = set(json.loads(pipe.read() or b"null"))
+                except (TypeError, ValueError):
+                    used = None   # a run that said nothing may have used any of them
+            for spare in offered:
+                if used is None or spare.process.pid in used or spare.exited():
+                    spare.stop()
+                else:
+                    Started.spares.append(spare)
 
     def serve(self):
         while not (self.restart and not self.runs):
@@ -240,15 +257,14 @@ class Service:
         if self.listener is not None:
             self.listener.close()
             socket_path(self.root).unlink(missing_ok=True)
-        for sandbox in Started.spares + self.handed:
+        for sandbox in Started.spares + [spare for _, offered in self.runs.values() for spare in offered]:
             sandbox.stop()
         Started.spares = []
 
 
-def run_in_child(connection, fds, request):
-    """The forked child: grade-class exactly as the client would run it, on the client's terminal."""
-    from autograder import cli
-
+def run_in_child(connection, fds, request, command, told):
+    """The forked child: command(argv) (the command line's main) exactly as the client would run it,
+    on the client's terminal; at its end, the pids of the spares it took go to the service on `told`."""
     code = 1
     finished = threading.Event()
     try:
@@ -273,7 +289,7 @@ def run_in_child(connection, fds, request):
             if not finished.is_set():
                 os.kill(os.getpid(), signal.SIGINT)
         threading.Thread(target=watch, daemon=True).start()
-        code = cli.main([*request["argv"], "--no-service"])
+        code = command([*request["argv"], "--no-service"])
     except SystemExit as error:
         code = error.code if isinstance(error.code, int) else 1
     except KeyboardInterrupt:
@@ -284,6 +300,7 @@ def run_in_child(connection, fds, request):
     finally:
         finished.set()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        os.write(told, json.dumps(Started.taken).encode())
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -297,9 +314,10 @@ def _stop(number, frame):
     raise KeyboardInterrupt
 
 
-def serve(course, argv, jobs, say=print):
-    """Run the course's grading service until Ctrl-C (or SIGTERM); start again when the course changes."""
-    service = Service(course, argv, jobs, say)
+def serve(course, argv, jobs, say, command):
+    """Run the course's grading service until Ctrl-C (or SIGTERM), running command(argv) (the command
+    line's main) for each client; start again when the course changes."""
+    service = Service(course, argv, jobs, say, command)
     signal.signal(signal.SIGTERM, _stop)
     try:
         service.prime()

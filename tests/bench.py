@@ -6,7 +6,10 @@ rounds (A B A B: this grader, then nbgrader, --rounds times), each round on the 
 its load average printed beside it:
 
   this grader   every assignment on its own, as after its due date (one `grade-class --assignment`
-                each), then the whole class in one run;
+                each): handed to the course's grading service (`make serve`, started for the bench
+                unless one runs; each run waits until its sandboxes are started, as they are days
+                apart), and again each graded on its own (--no-service: torch, the suites and the
+                sandboxes started for each run); then the whole class in one run, on its own;
   nbgrader      `nbgrader autograde` of every assignment (in nbgrader's own course folder).
 
 It prints the medians over the rounds: seconds per notebook of each assignment graded on its own and
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import psutil
 
+from autograder import service
 from tests.catalogue import MISTAKES
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
@@ -111,12 +115,38 @@ def timed(command, cwd, log, failures_allowed=False):
     return time.monotonic() - started, peak
 
 
-def ours(work, out, jobs, log, assignment=None):
-    """(seconds, peak memory) of grade-class on the class, or on one assignment of it."""
+def ours(work, out, jobs, log, assignment=None, served=False):
+    """(seconds, peak memory) of grade-class on the class, or on one assignment of it; served: handed
+    to the grading service (`make serve`), once its sandboxes are started, else graded on its own."""
+    if served:
+        wait_for_service()
     return timed([sys.executable, "-m", "autograder", "grade-class", "--submitted", work / "submitted",
                   "--out", out, "--db", f"sqlite:///{out / 'gradebook.db'}", "--jobs", str(jobs), "--force",
-                  *(["--assignment", assignment] if assignment else [])],
+                  *(["--assignment", assignment] if assignment else []), *([] if served else ["--no-service"])],
                  ROOT, log)
+
+
+def wait_for_service(timeout=300):
+    """Until the course's grading service runs nothing and its spare sandboxes are all ready, as between
+    two assignments' due dates."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = service.status(ROOT)
+        if state and not state["running"] and state["spares"] == state["ready"] > 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit("error: the grading service did not get ready (see bench.log)")
+
+
+def start_service(jobs, log):
+    """The course's grading service for the bench's served runs: one already running is used as it is."""
+    if service.status(ROOT) is not None:
+        return None
+    with open(log, "a") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "autograder", "serve", "--jobs", str(jobs)], cwd=ROOT,
+                                   stdout=handle, stderr=subprocess.STDOUT)
+    wait_for_service()
+    return process
 
 
 def nbgrader_course(work, assignments):
@@ -144,11 +174,15 @@ def load():
 
 
 def round_ours(work, index, assignments, jobs, log):
-    """One round of this grader: every assignment on its own, then the whole class in one run."""
-    figures = {"load": load(), "assignments": {}}
+    """One round of this grader: every assignment on its own, handed to the grading service and then
+    graded on its own (each run starting torch and its sandboxes), then the whole class in one run."""
+    figures = {"load": load(), "assignments": {}, "cold": {}}
     for assignment in assignments:
-        seconds, _ = ours(work, work / f"ours-{index}-{assignment}", jobs, log, assignment)
+        seconds, _ = ours(work, work / f"ours-{index}-{assignment}", jobs, log, assignment, served=True)
         figures["assignments"][assignment] = round(seconds, 2)
+    for assignment in assignments:
+        seconds, _ = ours(work, work / f"cold-{index}-{assignment}", jobs, log, assignment)
+        figures["cold"][assignment] = round(seconds, 2)
     out = work / f"ours-{index}"
     figures["class"], figures["peak"] = ours(work, out, jobs, log)
     figures["floor"] = floor_seconds(out) / jobs
@@ -181,9 +215,11 @@ def summary(rounds_ours, rounds_theirs, assignments, students, jobs):
     per_assignment = []
     for assignment in assignments:
         mine = median([r["assignments"][assignment] for r in rounds_ours])
+        cold = median([r["cold"][assignment] for r in rounds_ours])
         their = median([r["assignments"][assignment] for r in rounds_theirs])
         per_assignment.append({"assignment": assignment, "nbgrader_s_per_notebook": round(their / students, 3),
-                               "ours_s_per_notebook": round(mine / students, 3), "ratio": round(their / mine, 1)})
+                               "ours_s_per_notebook": round(mine / students, 3), "ratio": round(their / mine, 1),
+                               "cold_s_per_notebook": round(cold / students, 3), "cold_ratio": round(their / cold, 1)})
     notebooks = students * len(assignments)
     mine, their = median([r["class"] for r in rounds_ours]), median([r["class"] for r in rounds_theirs])
     floor = median([r["floor"] for r in rounds_ours])
@@ -204,12 +240,13 @@ def summary(rounds_ours, rounds_theirs, assignments, students, jobs):
 def print_summary(figures):
     print(f"\nmedians of {len(figures['rounds'])} rounds, {figures['students']} students, "
           f"{figures['jobs']} jobs, sandbox {figures['sandbox']}")
-    print(f"{'each assignment on its own':28}{'nbgrader s/nb':>14}{'make grade s/nb':>17}{'ratio':>8}")
+    print(f"{'each assignment on its own':28}{'nbgrader s/nb':>14}{'served s/nb':>13}{'ratio':>8}"
+          f"{'no service s/nb':>17}{'ratio':>8}")
     for row in figures["per_assignment"]:
-        print(f"  {row['assignment']:26}{row['nbgrader_s_per_notebook']:>14.3f}{row['ours_s_per_notebook']:>17.3f}"
-              f"{row['ratio']:>7}x")
+        print(f"  {row['assignment']:26}{row['nbgrader_s_per_notebook']:>14.3f}{row['ours_s_per_notebook']:>13.3f}"
+              f"{row['ratio']:>7}x{row['cold_s_per_notebook']:>17.3f}{row['cold_ratio']:>7}x")
     print(f"{'the whole class, one run':28}{figures['nbgrader_seconds_per_notebook']:>14.3f}"
-          f"{figures['ours_seconds_per_notebook']:>17.3f}{figures['ratio']:>7}x")
+          f"{'':>21}{figures['ours_seconds_per_notebook']:>17.3f}{figures['ratio']:>7}x")
     print(f"floor (the hidden checks' own time over {figures['jobs']} cores): {figures['floor_seconds_per_notebook']:.3f}"
           f" s/nb; the whole-class run takes {figures['overhead_over_floor']}x the floor")
     print(f"peak memory: nbgrader {figures['nbgrader_peak_memory_mb']} MB, make grade "
@@ -354,14 +391,19 @@ def main(argv=None):
           f"in {work / 'submitted'}", flush=True)
     course = nbgrader_course(work, assignments)
     rounds_ours, rounds_theirs = [], []
+    server = start_service(args.jobs, log)
     for index in range(1, args.rounds + 1):
         rounds_ours.append(round_ours(work, index, assignments, args.jobs, log))
         print(f"round {index} A  make grade  (load {rounds_ours[-1]['load']:.2f}): each assignment "
-              f"{sum(rounds_ours[-1]['assignments'].values()):6.1f} s, the class in one run "
+              f"{sum(rounds_ours[-1]['assignments'].values()):6.1f} s served, "
+              f"{sum(rounds_ours[-1]['cold'].values()):6.1f} s on its own; the class in one run "
               f"{rounds_ours[-1]['class']:6.1f} s", flush=True)
         rounds_theirs.append(round_nbgrader(course, assignments, log))
         print(f"round {index} B  nbgrader    (load {rounds_theirs[-1]['load']:.2f}): each assignment "
               f"{rounds_theirs[-1]['class']:6.1f} s", flush=True)
+    if server is not None:
+        server.terminate()
+        server.wait(timeout=60)
     figures = summary(rounds_ours, rounds_theirs, assignments, args.students, args.jobs)
     print_summary(figures)
     if args.spread:

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from autograder import service
 from tests.notebooks import ROOT
 
 
@@ -47,13 +48,34 @@ def scores_by_exercise(result):
 # The modules that take longest first, so that the two pytest-xdist workers of `make test` finish
 # together (longest processing time first; Makefile: --dist loadfile --no-loadscope-reorder).
 # Measured wall seconds per module, roughly: sample_class 130, catalogue 110, lifecycle 90,
-# grading 60, notebooks_run 60, scale 60, lti 40, delivery 40, push 45, hostile 35, course 20, customise 20,
-# sandbox 20; the rest are quick.
+# grading 60, notebooks_run 60, scale 60, service 45, lti 40, delivery 40, push 45, hostile 35, course 20,
+# customise 20, sandbox 20; the rest are quick.
 LONGEST_FIRST = ["test_sample_class.py", "test_catalogue.py", "test_lifecycle.py", "test_grading.py",
-                 "test_notebooks_run.py", "test_scale.py", "test_lti.py", "test_push.py", "test_delivery.py", "test_hostile.py",
-                 "test_course.py", "test_customise.py", "test_sandbox.py"]
+                 "test_notebooks_run.py", "test_scale.py", "test_service.py", "test_lti.py", "test_push.py",
+                 "test_delivery.py", "test_hostile.py", "test_course.py", "test_customise.py", "test_sandbox.py"]
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: test order within a module stays
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (make test), the controller starts the course's grading service for this
+    checkout (`python -m autograder serve`), so that the suite's many `grade` and `grade-class` runs
+    here do not each import torch and start their sandboxes.  What it does not serve is graded as
+    without it: runs in a copy of the course, with --no-service, with another environment, or before
+    it is ready.  tests/test_service.py checks that both ways give the same grades."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    if service.status(ROOT) is not None:
+        return  # one runs already (make serve): it serves the same course
+    config.course_service = subprocess.Popen([sys.executable, "-m", "autograder", "serve"], cwd=ROOT,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_unconfigure(config):
+    process = getattr(config, "course_service", None)
+    if process is not None:
+        process.terminate()
+        process.wait(timeout=60)

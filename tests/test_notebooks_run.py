@@ -12,9 +12,12 @@ from nbclient.exceptions import CellExecutionError
 
 from tests.notebooks import COURSE
 
-# The kernels run beside other tests on a small machine: one thread each, or torch's idle worker
-# threads of several processes compete for the cores (a 13 s notebook took two minutes).
-os.environ["OMP_NUM_THREADS"] = "1"
+
+def one_thread():
+    """The kernels' environment.  They run beside other tests on a small machine: one thread each, or
+    torch's idle worker threads of several processes compete for the cores (a 13 s notebook took two
+    minutes).  Only theirs: this process's own environment is what its grader runs inherit."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 NOTEBOOKS = [(a, nb) for a in COURSE.assignments for nb in a.notebooks]
 IDS = [f"{a.id}/{nb.name}" for a, nb in NOTEBOOKS]
@@ -27,13 +30,16 @@ def execute(path, km=None):
         notebook.cells.insert(0, nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(path.parent)!r})"))
     client = NotebookClient(notebook, km=km, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    if km is None:
+        client.execute(env=one_thread())
+    else:
+        client.execute()
 
 
 @pytest.fixture(scope="module")
 def kernel():
     km = KernelManager(kernel_name="python3")
-    km.start_kernel()
+    km.start_kernel(env=one_thread())
     yield km
     km.shutdown_kernel(now=True)
 

@@ -7,7 +7,6 @@ Each test starts its own service on a copy of the course (its socket lives in th
 """
 
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from autograder.service import status as service_status
 from tests.sample_class import EXPECTED, SUBMITTED
 from tests.test_customise import copy_of_the_course
 
@@ -34,8 +34,7 @@ def wait_ready(course, process, timeout=180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
-        answer = grader(course, "serve", "--status")
-        state = json.loads(answer.stdout) if answer.returncode == 0 else {}
+        state = service_status(course)
         if state and state["running"] == 0 and state["spares"] == state["ready"] > 0:
             return state
         time.sleep(0.5)
@@ -73,7 +72,7 @@ def test_the_service_grades_what_grade_class_grades_on_its_own(service, tmp_path
     served = graded(course, tmp_path / "served")
     alone = graded(course, tmp_path / "alone", "--no-service")
     assert served.returncode == alone.returncode == 0, served.stderr + alone.stderr
-    assert "graded in the course's grading service" in served.stderr, served.stderr
+    assert "run in the course's grading service" in served.stderr, served.stderr
     assert "grading service" not in alone.stderr, alone.stderr
     # each as the sample class says, so two broken runs cannot agree
     assert scores(tmp_path / "served") == scores(tmp_path / "alone") == expected()
@@ -89,11 +88,11 @@ def test_a_changed_course_is_graded_without_the_service_which_starts_again(servi
     os.utime(course / "course.yml")  # as an edit would
     changed = graded(course, tmp_path / "changed")
     assert changed.returncode == 0, changed.stderr
-    assert "grading without the grading service (the course or the grader changed" in changed.stderr
+    assert "run without the course's grading service: the course or the grader changed" in changed.stderr
     assert scores(tmp_path / "changed") == expected()
     wait_ready(course, process)      # started again, on the course as it now is
     again = graded(course, tmp_path / "again")
-    assert again.returncode == 0 and "graded in the course's grading service" in again.stderr, again.stderr
+    assert again.returncode == 0 and "run in the course's grading service" in again.stderr, again.stderr
     assert scores(tmp_path / "again") == expected()
 
 

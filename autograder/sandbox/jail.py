@@ -36,11 +36,13 @@ ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLB
                "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
 
 
-def kernel_device():
+def kernel_device(environment=None):
     """Where an assignment's kernels run: "cuda" when AUTOGRADER_KERNEL_DEVICE says so (a grader with
     a CUDA device), else "cpu": Triton's interpreter, which must be chosen before Triton is imported
-    (torch imports it while the worker warms up), so the worker starts with TRITON_INTERPRET=1."""
-    return "cuda" if os.environ.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
+    (torch imports it while the worker warms up), so the worker starts with TRITON_INTERPRET=1.
+    environment: this process's unless given."""
+    environment = os.environ if environment is None else environment
+    return "cuda" if environment.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
 
 
 # What a CUDA child needs of the grader's environment, where it is set: where the driver's libraries
@@ -48,14 +50,16 @@ def kernel_device():
 CUDA_PASSED = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TRITON_LIBCUDA_PATH")
 
 
-def kernel_environment():
-    """The worker's environment for an assignment's kernels.  In the interpreter: TRITON_INTERPRET=1.
+def kernel_environment(environment=None):
+    """The worker's environment for an assignment's kernels (given this process's environment, or
+    `environment`).  In the interpreter: TRITON_INTERPRET=1.
     On the CUDA device: the device named for the sandbox's side, CUDA_PASSED where set, and torch's
     NVML check of the device count, which does not initialise CUDA (the warm worker must never do
     that: a process that forks after CUDA is initialised leaves its children unable to use it)."""
-    if kernel_device() != "cuda":
+    environment = os.environ if environment is None else environment
+    if kernel_device(environment) != "cuda":
         return {"TRITON_INTERPRET": "1"}
-    passed = {name: os.environ[name] for name in CUDA_PASSED if os.environ.get(name)}
+    passed = {name: environment[name] for name in CUDA_PASSED if environment.get(name)}
     # TRITON_F32_DEFAULT=ieee: a float32 tl.dot multiplies exactly, as the interpreter does, unless the kernel
     # asks for TF32 itself (Triton's default on a GPU), so the same kernel is held to the same numbers.
     return {"AUTOGRADER_KERNEL_DEVICE": "cuda", "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TRITON_F32_DEFAULT": "ieee",
@@ -233,6 +237,7 @@ class Started:
     and only the process that started it reaps it."""
 
     spares = []  # started ahead by the grading service (service.py) for the next run to take over
+    taken = []   # the pids of the spares this process took
 
     def __init__(self, sandboxed, warm=False):
         """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler),
@@ -263,22 +268,14 @@ class Started:
                 if warm and not spare.warm:
                     spare.control.send(b'{"op": "warm"}')
                     spare.warm = True
+                cls.taken.append(spare.process.pid)
                 return spare
-            spare.stop()
+            cls.taken.append(spare.process.pid)  # not used, yet not to be offered again
         return cls(sandboxed, warm)
 
     def ready(self):
         """Whether the worker has said it is ready (its torch imported), without reading the message."""
         return self.control is not None and bool(select.select([self.control], [], [], 0)[0])
-
-    def reaped(self):
-        """In the process that started it: whether it has ended (and is reaped), without waiting."""
-        if self.process.poll() is None:
-            return False
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-        return True
 
     def exited(self):
         if os.getpid() == self.starter or self.pidfd is None:
