@@ -25,6 +25,7 @@ import json
 import os
 import select
 import signal
+import site
 import socket
 import struct
 import sys
@@ -45,12 +46,14 @@ def socket_path(root):
 
 
 def course_stamp(root):
-    """What the service holds in memory, as the files on disk are now: the grader's code (the suites
-    among it), course.yml, the solutions and the released notebooks (size and modification time)."""
+    """What the service holds in memory, as the files on disk are now (size and modification time):
+    the grader's own files (the suites among them), course.yml, the solutions, the released notebooks,
+    and the installed packages' folders (an install or upgrade adds or removes entries in them)."""
     root = Path(root)
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    paths = sorted(package.rglob("*.py")) + [root / "course.yml"]
+    paths = sorted(path for path in package.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+    paths += [root / "course.yml"] + sorted(map(Path, site.getsitepackages()))
     paths += sorted((root / "solutions").rglob("*.ipynb")) + sorted((root / "exercises").rglob("*.ipynb"))
     for path in paths:
         try:
