@@ -198,18 +198,22 @@ class Service:
         if uid != os.getuid():  # the folder is the user's alone; this is the second lock
             connection.close()
             return
+        connection.settimeout(10)  # a client that connects and says nothing holds the others up 10 s at most
         try:
             data, fds, _, _ = socket.recv_fds(connection, MESSAGE_BYTES, 3)
             request = json.loads(data)
         except (OSError, ValueError):
             connection.close()
             return
+        if not isinstance(request, dict) or not isinstance(request.get("argv", []), list):
+            request = {"op": "unreadable"}
         try:
             if request.get("op") == "status":
                 _send(connection, {"spares": len(Started.spares), "running": len(self.runs),
                                    "ready": sum(spare.ready() for spare in Started.spares)})
                 return
-            reason = self.refusal(request) if len(fds) == 3 else "no terminal was handed over"
+            reason = ("an unreadable request" if request.get("op") != "grade" else
+                      "no terminal was handed over" if len(fds) != 3 else self.refusal(request))
             if reason:
                 _send(connection, {"refused": reason})
                 return

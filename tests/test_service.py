@@ -7,8 +7,10 @@ Each test starts its own service on a copy of the course (its socket lives in th
 """
 
 import csv
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from autograder.service import status as service_status
+from autograder.service import socket_path, status as service_status
 from tests.sample_class import EXPECTED, SUBMITTED
 from tests.test_customise import copy_of_the_course
 
@@ -87,6 +89,20 @@ def test_the_service_grades_what_grade_class_grades_on_its_own(service, tmp_path
     refused = grader(course, "grade-class", "--no-service", "--submitted", tmp_path / "nowhere")
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         f"error: no submissions folder at {tmp_path / 'nowhere'}"], refused.stderr
+
+
+def test_an_unreadable_request_is_refused_and_the_service_goes_on(service):
+    course, process = service
+    for payload in (b"[1, 2]", b'{"op": "grade", "argv": "grade-class"}', b'{"op": "grade", "argv": ["grade"]}'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
+            client.connect(str(socket_path(course)))
+            client.send(payload)
+            assert "refused" in json.loads(client.recv(4096)), payload  # the last: no terminal handed over
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
+        client.connect(str(socket_path(course)))
+        client.send(b"not json")
+        assert client.recv(4096) == b""   # closed
+    assert wait_ready(course, process)["spares"] == 1
 
 
 def test_a_changed_course_is_graded_without_the_service_which_starts_again(service, tmp_path):
