@@ -205,6 +205,7 @@ class Service:
         except (OSError, ValueError):
             connection.close()
             return
+        connection.settimeout(None)  # a run's child watches it for as long as the run lasts
         if not isinstance(request, dict) or not isinstance(request.get("argv", []), list):
             request = {"op": "unreadable"}
         try:
