@@ -1,6 +1,6 @@
 """Command line: python -m autograder COMMAND ...; `--help` on each says more.
 
-    grading       grade (one notebook), grade-class, serve (keeps grade-class warm), merge (shards),
+    grading       grade (one notebook), grade-class, serve (keeps both warm), merge (shards),
                   grade-slurm, k8s-manifests, gradescope (inside Gradescope's image), report,
                   manual-score
     delivery      release, student-kit, gradescope-zip, collect-push, post-push
@@ -398,7 +398,7 @@ def parser():
     whole.set_defaults(run=_grade_class)
 
     service = commands.add_parser("serve", help="a grading service that keeps torch, the suites and started "
-                                                "sandboxes warm for grade-class (until Ctrl-C)")
+                                                "sandboxes warm for grade and grade-class (until Ctrl-C)")
     service.add_argument("--jobs", type=int, default=0, help="sandboxes kept started (default: one per core)")
     service.add_argument("--status", action="store_true", help="print the running service's state and exit")
     service.set_defaults(run=_serve)
