@@ -330,8 +330,8 @@ def serve(course, argv, jobs, say, command):
     try:
         service.prime()
         service.listen()
-        say(f"grading service for {service.root} ready ({jobs} sandboxes kept started); grade-class and "
-            "make grade use it; Ctrl-C stops it")
+        say(f"grading service for {service.root} ready ({jobs} sandboxes kept started); grade and grade-class "
+            "(make grade) use it; Ctrl-C or SIGTERM stops it")
         service.serve()
     except KeyboardInterrupt:
         say("grading service stopped")
