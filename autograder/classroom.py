@@ -107,14 +107,21 @@ def _hash_files(digest, paths):
             digest.update(b"<missing>")
 
 
+def grading_files(course, assignments):
+    """The files grading the assignments reads besides the submissions: the grader's code (the suites
+    among it), course.yml, and each notebook's solution and release."""
+    package = Path(__file__).resolve().parent
+    files = sorted(package.rglob("*.py")) + [course.root / "course.yml"]
+    for assignment in assignments:
+        for notebook in assignment.notebooks:
+            files += [course.source_notebook(assignment, notebook), course.release_notebook(assignment, notebook)]
+    return files
+
+
 def course_fingerprint(course, assignment):
     """What grading an assignment depends on, besides the submission itself."""
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
-    _hash_files(digest, sorted(package.rglob("*.py")) + [course.root / "course.yml"])
-    for notebook in assignment.notebooks:
-        _hash_files(digest, [course.source_notebook(assignment, notebook),
-                             course.release_notebook(assignment, notebook)])
+    _hash_files(digest, grading_files(course, [assignment]))
     return digest.hexdigest()
 
 
@@ -287,7 +294,7 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
     warm = course.uses_compiler_stack(*map(course.assignment, assignments))
     sandboxes = []
     try:
-        sandboxes += [Started.take(course.limits.sandbox != "none", warm) for _ in range(jobs)]
+        sandboxes += [Started.take(course.limits.sandboxed, warm) for _ in range(jobs)]
         if jobs == 1:
             meanwhile()
             _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task),

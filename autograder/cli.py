@@ -87,7 +87,7 @@ def _gradescope(args, course):
     reason = ""
     try:
         chosen = choose_notebooks(assignment, args.submission)
-        if course.limits.sandbox != "none":
+        if course.limits.sandboxed:
             _say(probe())
         _warn_without_accounting()
     except SubmissionError as error:
@@ -171,7 +171,7 @@ def _warn_without_accounting():
 def _grade_class(args, course):
     from autograder import classroom, render
 
-    if course.limits.sandbox != "none":
+    if course.limits.sandboxed:
         _say(probe())
     _warn_without_accounting()
     chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
@@ -200,7 +200,7 @@ def _serve(args, course):
         state = service.status(course.root)
         print(json.dumps(state) if state else f"no grading service runs for {course.root}")
         return 0 if state else 1
-    if course.limits.sandbox != "none":
+    if course.limits.sandboxed:
         _say(probe())
     return service.serve(course, args.argv, args.jobs or classroom.default_jobs(),
                          lambda line: print(line, flush=True), main)

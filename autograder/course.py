@@ -26,6 +26,10 @@ class Limits:
     restarts: int = 4
     sandbox: str = "bwrap"       # "bwrap", or "none" to run student code without the sandbox
 
+    @property
+    def sandboxed(self):
+        return self.sandbox != "none"
+
 
 @dataclass(frozen=True)
 class Exercise:

@@ -30,6 +30,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 from autograder.course import CourseError
@@ -45,17 +46,17 @@ def socket_path(root):
     return Path(root) / ".grader" / "service.sock"
 
 
-def course_stamp(root):
+def course_stamp(course):
     """What the service holds in memory, as the files on disk are now (size and modification time):
-    the grader's own files (the suites among them), course.yml, the solutions, the released notebooks,
-    and the installed packages' folders (an install or upgrade adds or removes entries in them)."""
-    root = Path(root)
+    what grading every assignment reads (classroom.grading_files), the grader's other files (the
+    suites' pytest.ini among them), and the installed packages' folders (an install or upgrade adds or
+    removes entries in them)."""
+    from autograder.classroom import grading_files
     package = Path(__file__).resolve().parent
+    paths = set(grading_files(course, course.assignments)) | set(map(Path, site.getsitepackages()))
+    paths |= {path for path in package.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
     digest = hashlib.sha256()
-    paths = sorted(path for path in package.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
-    paths += [root / "course.yml"] + sorted(map(Path, site.getsitepackages()))
-    paths += sorted((root / "solutions").rglob("*.ipynb")) + sorted((root / "exercises").rglob("*.ipynb"))
-    for path in paths:
+    for path in sorted(paths):
         try:
             status = path.stat()
             digest.update(f"{path}\0{status.st_mtime_ns}\0{status.st_size}\n".encode())
@@ -139,18 +140,30 @@ def status(root):
         return _receive(connection)
 
 
+def wait_idle(root, timeout, alive=lambda: True):
+    """The service's state once no run is in progress and its spare sandboxes are all started and ready
+    (as between two due dates); None where that is not so within `timeout` seconds or alive() turns false."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        state = status(root)
+        if state and not state["running"] and state["spares"] == state["ready"] > 0:
+            return state
+        time.sleep(0.2)
+    return None
+
+
 # -- the service ----------------------------------------------------------------------------------
 
 class Service:
     """One course's grading service: a listening socket, the spare sandboxes, the runs in progress."""
 
-    def __init__(self, course, argv, jobs, say, command):
-        self.course, self.argv, self.jobs, self.say, self.command = course, argv, jobs, say, command
+    def __init__(self, course, jobs, say, command):
+        self.course, self.jobs, self.say, self.command = course, jobs, say, command
         self.root = course.root.resolve()
-        self.stamp = course_stamp(self.root)
+        self.stamp = course_stamp(course)
         self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
         self.environment = read_at_start(self.started_with)
-        self.sandboxed = course.limits.sandbox != "none"
+        self.sandboxed = course.limits.sandboxed
         self.warm = course.uses_compiler_stack(*course.assignments)
         self.runs = {}          # pid of a child running a command -> (its pipe, the spares it was offered)
         self.restart = False
@@ -181,7 +194,7 @@ class Service:
     def refusal(self, request):
         if request.get("root") != str(self.root):
             return f"it serves the course at {self.root}"
-        if self.restart or course_stamp(self.root) != self.stamp:
+        if self.restart or course_stamp(self.course) != self.stamp:
             self.restart = True
             return "the course or the grader changed since it started; it is starting again"
         theirs = read_at_start(request.get("env", {}))
@@ -325,7 +338,7 @@ def _stop(number, frame):
 def serve(course, argv, jobs, say, command):
     """Run the course's grading service until Ctrl-C (or SIGTERM), running command(argv) (the command
     line's main) for each client; start again when the course changes."""
-    service = Service(course, argv, jobs, say, command)
+    service = Service(course, jobs, say, command)
     signal.signal(signal.SIGTERM, _stop)
     try:
         service.prime()

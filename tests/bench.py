@@ -129,13 +129,8 @@ def ours(work, out, jobs, log, assignment=None, served=False):
 def wait_for_service(timeout=300):
     """Until the course's grading service runs nothing and its spare sandboxes are all ready, as between
     two assignments' due dates."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = service.status(ROOT)
-        if state and not state["running"] and state["spares"] == state["ready"] > 0:
-            return
-        time.sleep(0.2)
-    raise SystemExit("error: the grading service did not get ready (see bench.log)")
+    if service.wait_idle(ROOT, timeout) is None:
+        raise SystemExit("error: the grading service did not get ready (see bench.log)")
 
 
 def start_service(jobs, log):

@@ -259,7 +259,7 @@ def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_wi
     import signal
     from autograder.sandbox.jail import Started
 
-    started = Started(LIMITS.sandbox != "none")
+    started = Started(LIMITS.sandboxed)
     answers = multiprocessing.get_context("fork").Queue()
 
     def grading_process():

@@ -13,12 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
-from autograder.service import socket_path, status as service_status
+from autograder.service import socket_path, wait_idle
 from tests.sample_class import EXPECTED, SUBMITTED
 from tests.test_customise import copy_of_the_course
 
@@ -33,14 +32,9 @@ def grader(course, *args, env=None, **options):
 
 def wait_ready(course, process, timeout=180):
     """The service's state once its spare sandboxes are all started and idle."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        state = service_status(course)
-        if state and state["running"] == 0 and state["spares"] == state["ready"] > 0:
-            return state
-        time.sleep(0.5)
-    raise AssertionError("the grading service did not get ready")
+    state = wait_idle(course, timeout, alive=lambda: process.poll() is None)
+    assert state, process.communicate() if process.poll() is not None else "the grading service did not get ready"
+    return state
 
 
 @pytest.fixture(scope="module")
