@@ -25,7 +25,7 @@ from autograder.reference import reference_namespace
 from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.scoring import late_penalty, score_notebook
 from autograder.sandbox.jail import kernel_device
-from autograder.student import StudentFailure, StudentProcess, Worker, WorkerError
+from autograder.sandbox.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
 
 log = logging.getLogger("autograder")

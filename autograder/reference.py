@@ -10,7 +10,7 @@ import functools
 import io
 import os
 
-from autograder.sandbox.cells import compile_cell
+from autograder.sandbox.inside.cells import compile_cell
 from autograder.sandbox.jail import kernel_environment
 from autograder.submission import cell_kind, read_notebook
 

@@ -5,7 +5,7 @@ its code calls torch's built-in attention, or when code the student wrote in tha
 reaches into the machinery that could get around that (torch internals, the guard, the
 garbage collector, a function's hidden defaults or closure).
 
-It is enforced twice.  Where the student's code runs (sandbox/guard.py), torch's attention
+It is enforced twice.  Where the student's code runs (sandbox/inside/guard.py), torch's attention
 raises during that exercise's calls, and a guard found taken apart after a call counts as a use.
 Here, on the trusted side, the code the student wrote is read before anything of it counts:
 `reaches_into_internals` is what a student cannot switch off from inside their process.
@@ -16,6 +16,8 @@ reason, and is flagged to the instructor (grades.csv's `flags`, the report).
 import ast
 import io
 import tokenize
+
+from autograder.sandbox import inside_modules
 
 FROM_SCRATCH_MESSAGE = ("No credit: this exercise must be written from scratch, but your code calls "
                         "torch's built-in attention (torch.nn.functional.scaled_dot_product_attention, "
@@ -66,9 +68,8 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "Counted": "the grader's FLOP counter",
                   "vars": "an object's attributes as a dictionary (a way around the names this reading checks)",
                   "attrgetter": "attributes by a name computed at run time"}
-# The worker's own modules, importable inside the sandbox (autograder/sandbox/).
-SANDBOX_MODULES = ("counter", "guard", "confine", "protocol", "worker", "handlers", "kernels", "gpu_compiler",
-                   "cells")
+# The grader's own modules, importable inside the sandbox: every module of autograder/sandbox/inside/.
+SANDBOX_MODULES = inside_modules()
 # Built-ins that reach an attribute by a name computed at run time, which no reader can check.
 DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 
@@ -85,7 +86,7 @@ def _reason(node):
                 return f"imports from {node.module} ({why})"
         if node.module == "torch" and {alias.name for alias in node.names} & {"_C", "ops", "library", "_ops"}:
             return "imports torch internals"
-        if node.module in ("guard", "autograder.sandbox.guard"):
+        if node.module in ("guard", "autograder.sandbox.inside.guard"):
             return "imports the grader's guard"
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]

@@ -251,7 +251,7 @@ def print_summary(figures):
 def memory_spread(runs):
     """The charged memory of honest answers' measured calls, `runs` times each, with a core kept busy."""
     from autograder.harness.context import Student
-    from autograder.student import Cell, StudentProcess, Worker
+    from autograder.sandbox.student import Cell, StudentProcess, Worker
     from autograder.suites import helpers as A
     from tests.catalogue import VARIANTS
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from autograder.harness.context import Student
-from autograder.student import Cell, Limits, StudentProcess, Worker
+from autograder.sandbox.student import Cell, Limits, StudentProcess, Worker
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
 SECRET = "grader-secret-7f3a9c"   # in the grader's environment; must never reach a student's output

@@ -11,8 +11,8 @@ import torch
 
 from autograder.harness.context import Student
 from autograder.rules import reaches_into_internals
-from autograder.sandbox import protocol
-from autograder.student import Cell, Limits, StudentError, StudentProcess, Worker
+from autograder.sandbox.inside import protocol
+from autograder.sandbox.student import Cell, Limits, StudentError, StudentProcess, Worker
 from tests.check import device_problems, entries, grade_entries, student_id
 from tests.notebooks import COURSE, ROOT, solution_answers
 
@@ -296,7 +296,7 @@ assert os.environ.get("TRITON_INTERPRET") is None
 for name in ("softmax_kernel", "flash_attention_kernel"):
     kernel = namespace[name]
     assert type(kernel) is JITFunction and f"def {{name}}(" in kernel.src, (name, type(kernel))
-sys.path.insert(0, "autograder/sandbox")
+sys.path.insert(0, "autograder/sandbox/inside")
 import handlers
 handlers.REPLIES = os.pipe()[1]
 reply = handlers.load({{"cells": [{{"label": "kernel", "source": {JIT_CELL!r}}}], "cell_timeout": 0}})
@@ -316,7 +316,7 @@ import sys, torch
 def initialised(*args):
     raise AssertionError("CUDA was initialised")
 torch.cuda._lazy_init = torch.cuda.init = torch._C._cuda_getDeviceCount = initialised
-sys.path.insert(0, "autograder/sandbox")
+sys.path.insert(0, "autograder/sandbox/inside")
 import guard, kernels
 assert guard.DISPATCH_KEYS[-2:] == ("CUDA", "AutogradCUDA"), guard.DISPATCH_KEYS
 kernels.load()
@@ -358,7 +358,7 @@ def test_a_compiling_child_may_start_processes_but_still_signal_no_other():
     allows that, and still refuses signals to other processes; every other child may start none."""
     out = run_python('''
 import os, subprocess, sys
-sys.path.insert(0, "autograder/sandbox")
+sys.path.insert(0, "autograder/sandbox/inside")
 import confine
 pid = os.fork()
 if pid == 0:
@@ -409,7 +409,7 @@ def test_a_gpu_child_starts_afresh_and_says_when_it_cannot_open_the_gpu(monkeypa
     """On a GPU grader a kernel assignment's child runs the worker's start-up again in its own process
     (worker.fresh_child); where it cannot open the GPU (here: none), the grader hears why, as its own
     failure and not the student's."""
-    from autograder.student import WorkerError
+    from autograder.sandbox.student import WorkerError
     monkeypatch.setenv("AUTOGRADER_KERNEL_DEVICE", "cuda")
     monkeypatch.setattr("autograder.sandbox.jail.gpu_device_files", lambda: [])
     monkeypatch.setattr("autograder.sandbox.jail.probe", lambda: "")   # (it refuses a GPU grader without one)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autograder.harness.context import Student
-from autograder.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
+from autograder.sandbox.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
 from tests.notebooks import ROOT
 
 LIMITS = Limits(call_timeout=2, cell_timeout=2, time_budget=60, memory_mb=2048)

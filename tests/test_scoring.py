@@ -4,7 +4,7 @@ from autograder.harness.plugin import Outcome
 from autograder import render
 from autograder.results import SubmissionResult
 from autograder.scoring import NOT_COUNTED, NOT_RUN, SAME_AS_GATE, score_notebook
-from autograder.student import CellReport
+from autograder.sandbox.student import CellReport
 from autograder.submission import Cell
 from tests.notebooks import COURSE
 

@@ -7,8 +7,8 @@ them called torch's attention anyway, and results the suites reuse within this s
 model trained once, checked by several tests).  The process underneath only carries messages.
 """
 
-from autograder import replies
-from autograder.student import StudentError
+from autograder.sandbox import replies
+from autograder.sandbox.student import StudentError
 
 
 class Student:
@@ -40,7 +40,7 @@ class Student:
         """Call the student's function `name`.  count_flops: the reply's "flops" counts the matrix
         products' floating-point operations (torch's FlopCounterMode, in the student's process);
         count_kernels: the reply's "kernels" says what the call's Triton kernels did (launches,
-        programs, elements loaded, FLOPs: sandbox/kernels.py); measure_memory: the reply's
+        programs, elements loaded, FLOPs: sandbox/inside/kernels.py); measure_memory: the reply's
         "peak_memory" is the call's peak memory, read from outside."""
         message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs, "grad": grad,
                    "grad_outputs": list(grad_outputs), "seed": seed, "echo_args": echo_args,
@@ -52,7 +52,7 @@ class Student:
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
                train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False):
         """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
-        the given attributes and linear layers: see sandbox/worker.py), then run `steps` on it.  The
+        the given attributes and linear layers: see sandbox/inside/worker.py), then run `steps` on it.  The
         reply's "held_elements" counts the numbers the module keeps outside its parameters after the
         steps (its cache), and with held=True its "held" lists those tensors themselves; a step with "count_flops": True has its matrix products' FLOPs counted in
         the reply's "flops", as Student.call(count_flops=True) does."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from autograder.harness.checks import Feedback
-from autograder.student import StudentError, StudentFailure, StudentTimeout
+from autograder.sandbox.student import StudentError, StudentFailure, StudentTimeout
 
 
 @dataclass

@@ -4,13 +4,13 @@ The README's security section explains it line by line; in short:
 
   unshare --mount --propagation private -- sh -c STAGE    only when the grader runs as root:
       in a mount namespace of its own (the host's mounts are untouched), bind the Python
-      installation, the virtual environment and this folder under a fresh tmpfs, so that an
+      installation, the virtual environment and the folder inside/ under a fresh tmpfs, so that an
       unprivileged user can reach them even when they live under a private home such as /root
   setpriv --reuid=65534 --regid=65534 --clear-groups ...  only when root: become `nobody`, with
       no capabilities and no way to gain one (no_new_privs)
   bwrap --unshare-all ...  a new user, PID, IPC, UTS, cgroup and (empty) network namespace; a
       root made of read-only binds: /usr, the Python installation, the virtual environment and
-      this folder as /sandbox; a minimal /etc; its own /proc and /dev (with the NVIDIA device
+      the folder inside/ as /sandbox; a minimal /etc; its own /proc and /dev (with the NVIDIA device
       files alone where kernels run on a CUDA device, gpu_device_files); size-limited tmpfs at
       /tmp and /dev/shm as the only writable places (the root and /dev are remounted read-only)
   python -E -s -B /sandbox/worker.py FD   the warm worker, talking to the grader on socket FD
@@ -30,7 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-SANDBOX_DIR = Path(__file__).resolve().parent
+from autograder.sandbox import INSIDE_DIR
+
 NOBODY = 65534
 ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
                "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
@@ -176,13 +177,13 @@ def command(control_fd):
     trees = python_trees()
     if os.geteuid() != 0:
         binds = {tree: tree for tree in trees}
-        binds[str(SANDBOX_DIR)] = "/sandbox"
+        binds[str(INSIDE_DIR)] = "/sandbox"
         return bwrap_args(binds, control_fd)
-    sources = trees + [str(SANDBOX_DIR)]
+    sources = trees + [str(INSIDE_DIR)]
     point = _stage_point(sources)
     staged = {f"{point}/{index}": tree for index, tree in enumerate(trees)}
-    staged[f"{point}/sandbox"] = str(SANDBOX_DIR)
-    binds = {stage: ("/sandbox" if source == str(SANDBOX_DIR) else source)
+    staged[f"{point}/sandbox"] = str(INSIDE_DIR)
+    binds = {stage: ("/sandbox" if source == str(INSIDE_DIR) else source)
              for stage, source in staged.items()}
     script = [f"mount -t tmpfs -o mode=0755,size=1m autograder-stage {point}"]
     for stage, source in staged.items():
@@ -196,7 +197,7 @@ def command(control_fd):
 
 def unsandboxed_command(control_fd):
     """`sandbox: none` in course.yml: the same worker, with only its own seccomp and limits."""
-    return worker_args(SANDBOX_DIR, control_fd)
+    return worker_args(INSIDE_DIR, control_fd)
 
 
 def check_tools():

@@ -2,7 +2,7 @@
 its forward pass is the student's kernel, its backward pass the course's recomputation.
 
 Gradients are compared with those of the grader's attention in float64; the forward pass must run
-the student's kernel (counted in Triton's interpreter, sandbox/kernels.py).  The lengths are
+the student's kernel (counted in Triton's interpreter, sandbox/inside/kernels.py).  The lengths are
 multiples of the kernel's default blocks, so a kernel that misses its masks on a partial tile loses
 those points in its own exercise, not again here."""
 

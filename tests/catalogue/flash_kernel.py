@@ -217,7 +217,7 @@ GAMING = [
         loses=("causal_skips_tiles_above_the_diagonal",), says=CAUSES_NO_SKIP, on_gpu=()),
     # NumPy inside the kernel's body on the tiles the interpreter loaded (their .handle.data), the
     # products of the algorithm computed beside it for the count: the GPU compiler refuses the body
-    # (sandbox/gpu_compiler.py), so no call of the kernel runs.
+    # (sandbox/inside/gpu_compiler.py), so no call of the kernel runs.
     Gaming("NumPy on the loaded tiles inside the kernel's body, tl.dot for the count", "import numpy as np\n\n\n"
            + SIGNATURE + '''    tile, head = tl.program_id(0), tl.program_id(1)
     b, h = head // H, head % H

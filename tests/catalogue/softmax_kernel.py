@@ -106,7 +106,7 @@ DEGENERATES = [
 
 GAMING = [
     # NumPy inside the kernel's body, on the row the interpreter loaded (its .handle.data): Triton's
-    # interpreter runs a body as Python, the GPU compiler refuses it (sandbox/gpu_compiler.py).
+    # interpreter runs a body as Python, the GPU compiler refuses it (sandbox/inside/gpu_compiler.py).
     Gaming("NumPy on the loaded row inside the kernel's body", '''import numpy as np
 
 

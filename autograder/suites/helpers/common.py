@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.harness.plugin import student_message
-from autograder.student import StudentError
+from autograder.sandbox.student import StudentError
 
 
 # Distinct sizes, so that a transpose or a reshape over the wrong axis cannot go unnoticed.

@@ -1,6 +1,6 @@
 """What the kernel suites share (the triton_attention assignment): inputs laid out in memory as the
 grader chooses, attention and its logsumexp on the grader's side, and what a call's kernels must
-have done, counted where the kernel runs (sandbox/kernels.py) and in torch (sandbox/counter.py)."""
+have done, counted where the kernel runs (sandbox/inside/kernels.py) and in torch (sandbox/inside/counter.py)."""
 
 import contextlib
 import math
@@ -11,7 +11,7 @@ import torch
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.sandbox import jail
-from autograder.sandbox.protocol import Strided
+from autograder.sandbox.inside.protocol import Strided
 from autograder.suites.helpers.common import randn
 
 # The words of the error a kernel gets when a load or store leaves every tensor it was given.
@@ -37,7 +37,7 @@ def tf32_on_a_gpu():
 
 def laid_out(x):
     """x as the student's code will receive it: the same view of memory (its strides, and what lies
-    between its elements), not a contiguous copy (sandbox/protocol.py's Strided)."""
+    between its elements), not a contiguous copy (sandbox/inside/protocol.py's Strided)."""
     return Strided(x)
 
 

@@ -110,7 +110,7 @@ def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {ME
                    f"is allowed (one {MEMORY_N} x {MEMORY_N} float32 {matrix} is {megabytes(matrix_bytes)}).", hint)
 
 
-# -- counted work: the FLOPs of a call's products, counted in the student's process (sandbox/counter.py) ---
+# -- counted work: the FLOPs of a call's products, counted in the student's process (sandbox/inside/counter.py) ---
 
 HIDDEN_WORK = ("Do the products with torch (@, torch.matmul, einsum or element-wise products): work done in "
                "NumPy or with Python numbers cannot be counted, and a count below what the algorithm itself "

@@ -23,10 +23,11 @@ import socket
 import time
 from dataclasses import dataclass
 
-from autograder import memory, replies
+from autograder.sandbox import memory, replies
 from autograder.course import Limits
 from autograder.submission import Cell  # noqa: F401  (what StudentProcess runs)
-from autograder.sandbox import cgroup, jail, protocol
+from autograder.sandbox import cgroup, jail
+from autograder.sandbox.inside import protocol
 
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
@@ -231,7 +232,7 @@ class StudentProcess:
         self.started = time.monotonic()
         self.deadline = self.started + self.limits.time_budget
         # Kernels compiled for the CUDA device: Triton runs its compiler as processes during a call, so
-        # a counted call's child is not held to its threads (sandbox/confine.py), though threads beyond
+        # a counted call's child is not held to its threads (sandbox/inside/confine.py), though threads beyond
         # those it started with are still seen at the call's start and end; and the GPU memory of a
         # child is waited for after it ends.
         self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"

@@ -15,7 +15,7 @@ through the host's /proc, where the student's code cannot reach:
 
   - before the call, the child's peak resident size is reset to its current size (writing 5 to
     /proc/<pid>/clear_refs; the child is not dumpable and may not become so again, see
-    sandbox/confine.py, so it cannot reset its own peak in the middle of the call);
+    sandbox/inside/confine.py, so it cannot reset its own peak in the middle of the call);
   - while the call runs, a thread samples the resident size every millisecond (which also covers a
     grader that may not reset the peak, one not running as root);
   - after the reply, the peak is the larger of the kernel's peak (VmHWM) and the largest sample.

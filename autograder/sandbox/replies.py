@@ -9,7 +9,7 @@ with messages for the student.
 
 import torch
 
-from autograder.sandbox.protocol import ProtocolError
+from autograder.sandbox.inside.protocol import ProtocolError
 
 CELL_STATUSES = {"ok", "syntax", "error", "timeout"}
 
