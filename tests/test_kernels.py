@@ -106,39 +106,39 @@ def student(worker):
 
 def test_a_kernel_runs_in_the_interpreter_and_its_work_is_counted(student):
     x = torch.arange(40, dtype=torch.float32)
-    reply = student.call("double", x, count_kernels=True, count_flops=True)
+    reply = student.call("double", x, count=True)
     assert torch.equal(reply["output"], 2 * x)
-    tally = reply["kernels"]
-    assert tally["interpreted"] and tally["intact"]
-    assert (tally["launches"], tally["programs"]) == (1, 3)           # 40 elements in blocks of 16
-    assert tally["addressed"] == 40 and tally["distinct"] == 40      # lanes a mask turns off read nothing
-    assert tally["flops"] == 2 * 3 * 16                                # the element-wise multiply, 2 per element
-    assert reply["flops"] == 0 and reply["exponentials"] == 0         # torch did none of it
+    work = reply["work"]
+    assert work.kernels and work.interpreted and work.intact
+    assert (work.launches, work.programs) == (1, 3)                   # 40 elements in blocks of 16
+    assert work.addressed == 40 and work.distinct == 40               # lanes a mask turns off read nothing
+    assert work.kernel_flops == 2 * 3 * 16                            # the element-wise multiply, 2 per element
+    assert work.torch_flops == 0 and work.exponentials == 0           # torch did none of it
 
 
 def test_products_count_only_when_their_results_reach_a_store(student):
     x = torch.randn(16, 16)
-    kept = student.call("squared", x, True, count_kernels=True)
+    kept = student.call("squared", x, True, count=True)
     assert torch.allclose(kept["output"], x @ x, atol=1e-4)
-    assert kept["kernels"]["flops"] == kept["kernels"]["flops_made"] == 2 * 16 ** 3
-    thrown_away = student.call("squared", x, False, count_kernels=True)     # the tl.dot made, never stored
+    assert kept["work"].kernel_flops == kept["work"].kernel_flops_made == 2 * 16 ** 3
+    thrown_away = student.call("squared", x, False, count=True)     # the tl.dot made, never stored
     assert torch.equal(thrown_away["output"], x + 1.0)
-    assert thrown_away["kernels"]["flops_made"] == 2 * 16 ** 3 and thrown_away["kernels"]["flops"] == 0
+    assert thrown_away["work"].kernel_flops_made == 2 * 16 ** 3 and thrown_away["work"].kernel_flops == 0
 
 
 def test_a_kernel_launched_on_a_tensor_made_before_the_call_is_seen(student):
     x = torch.ones(16)
     for source, foreign in (("prepared", 1), ("input", 0), ("numbers", 0), ("scaled", 0)):
-        reply = student.call("launched_on", x, source, count_kernels=True, count_flops=True)
-        assert reply["kernels"]["foreign_tensors"] == foreign, source
+        reply = student.call("launched_on", x, source, count=True)
+        assert reply["work"].foreign_tensors == foreign, source
 
 
 def test_what_a_call_returns_is_checked_against_what_its_kernels_stored(student):
     x = torch.arange(40, dtype=torch.float32)
-    assert student.call("double", x, count_kernels=True)["kernels"]["output_stored"] == 1.0
-    assert student.call("copied", x, count_kernels=True)["kernels"]["output_stored"] == 0.0   # a copy made after
-    reply = student.call("half_stored", x, count_kernels=True)          # 20 + 40 of the 80 returned elements
-    assert reply["kernels"]["output_stored"] == 0.75 and torch.equal(reply["output"][1], 2 * x)
+    assert student.call("double", x, count=True)["work"].output_stored == 1.0
+    assert student.call("copied", x, count=True)["work"].output_stored == 0.0   # a copy made after
+    reply = student.call("half_stored", x, count=True)          # 20 + 40 of the 80 returned elements
+    assert reply["work"].output_stored == 0.75 and torch.equal(reply["output"][1], 2 * x)
 
 
 def test_a_load_past_the_end_stops_the_kernel_and_names_the_program(student):
@@ -149,8 +149,8 @@ def test_a_load_past_the_end_stops_the_kernel_and_names_the_program(student):
 
 
 def test_an_atomic_is_held_to_the_launchs_tensors_and_counted_as_stored(student):
-    reply = student.call("atomically_added", torch.zeros(32), 32, count_kernels=True)
-    assert torch.equal(reply["output"], torch.ones(32)) and reply["kernels"]["output_stored"] == 1.0
+    reply = student.call("atomically_added", torch.zeros(32), 32, count=True)
+    assert torch.equal(reply["output"], torch.ones(32)) and reply["work"].output_stored == 1.0
     with pytest.raises(StudentError) as raised:       # 32 lanes on a tensor of 20: no mask covers the rest
         student.call("atomically_added", torch.zeros(20), 32)
     assert "OutOfBounds" in raised.value.message and "atomic" in raised.value.message
@@ -170,8 +170,8 @@ def tamper(x):
 '''
     assert reaches_into_internals(tamper) is not None            # read on the trusted side first
     with StudentProcess(worker, [Cell("kernel", KERNEL), Cell("tamper", tamper)], LIMITS, "triton") as process:
-        reply = Student(process).call("tamper", torch.ones(16), count_kernels=True)
-    assert reply["kernels"]["intact"] is False
+        reply = Student(process).call("tamper", torch.ones(16), count=True)
+    assert reply["work"].intact is False
 
 
 def test_a_tensor_sent_with_its_layout_arrives_as_the_same_view(student):
@@ -438,6 +438,6 @@ def swap_and_back(x):
         setattr(builder, "create_masked_load", counted)
 '''
     with StudentProcess(worker, [Cell("kernel", KERNEL), Cell("swap", swap)], LIMITS, "triton") as process:
-        reply = Student(process).call("swap_and_back", torch.ones(16), count_kernels=True)
+        reply = Student(process).call("swap_and_back", torch.ones(16), count=True)
     assert torch.equal(reply["output"], torch.full((16,), 2.0))
-    assert reply["kernels"]["intact"] is False
+    assert reply["work"].intact is False

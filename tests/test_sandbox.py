@@ -235,18 +235,19 @@ def start_a_helper():
     return 0.0
 """
     with submission(worker, code) as student:
-        counted = student.call("product", 8, count_flops=True)
-        assert counted["flops"] == 2 * 8 ** 3 and counted["count_intact"] and counted["other_threads"] == 0
+        counted = student.call("product", 8, count=True)["work"]
+        assert counted.torch_flops == 2 * 8 ** 3 and counted.intact and counted.other_threads == 0
+        assert not counted.kernels and counted.launches == 0    # no kernels in this assignment
         with pytest.raises(StudentError, match="can't start new thread"):
-            student.call("in_a_thread", 8, count_flops=True)
+            student.call("in_a_thread", 8, count=True)
         assert student.call("in_a_thread", 8)["output"] == 8 ** 3  # threads are fine outside counted calls
-        assert student.call("hidden", 8, count_flops=True)["flops"] == 0  # below any suite's lower bound
-        assert not student.call("popped", 8, count_flops=True)["count_intact"]
+        assert student.call("hidden", 8, count=True)["work"].torch_flops == 0  # below any suite's lower bound
+        assert not student.call("popped", 8, count=True)["work"].intact
         with pytest.raises(StudentError, match="NumPy"):
-            student.call("through_numpy", 8, count_flops=True)
+            student.call("through_numpy", 8, count=True)
         assert student.call("through_numpy", 8)["output"] == 8 ** 3
         student.call("start_a_helper")
-        assert student.call("product", 8, count_flops=True)["other_threads"] == 1
+        assert student.call("product", 8, count=True)["work"].other_threads == 1
 
 
 def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_with_it():

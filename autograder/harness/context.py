@@ -35,16 +35,15 @@ class Student:
     def names(self, names):
         return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)
 
-    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, count_flops=False,
-             count_kernels=False, measure_memory=False, **kwargs):
-        """Call the student's function `name`.  count_flops: the reply's "flops" counts the matrix
-        products' floating-point operations (torch's FlopCounterMode, in the student's process);
-        count_kernels: the reply's "kernels" says what the call's Triton kernels did (launches,
-        programs, elements loaded, FLOPs: sandbox/inside/kernels.py); measure_memory: the reply's
-        "peak_memory" is the call's peak memory, read from outside."""
+    def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, count=False,
+             measure_memory=False, **kwargs):
+        """Call the student's function `name`.  count: the reply's "work" (a replies.Work) is what the
+        call did, counted in the student's process: torch's products and exponentials and, in a
+        kernel assignment, what its Triton kernels did (sandbox/inside/counter.py); measure_memory:
+        the reply's "peak_memory" is the call's peak memory, read from outside."""
         message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs, "grad": grad,
                    "grad_outputs": list(grad_outputs), "seed": seed, "echo_args": echo_args,
-                   "count_flops": count_flops, "count_kernels": count_kernels}
+                   "count": count}
         if self.device:
             message["device"] = self.device
         return self._request(name, message, replies.call, measure_memory)
@@ -54,8 +53,8 @@ class Student:
         """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
         the given attributes and linear layers: see sandbox/inside/worker.py), then run `steps` on it.  The
         reply's "held_elements" counts the numbers the module keeps outside its parameters after the
-        steps (its cache), and with held=True its "held" lists those tensors themselves; a step with "count_flops": True has its matrix products' FLOPs counted in
-        the reply's "flops", as Student.call(count_flops=True) does."""
+        steps (its cache), and with held=True its "held" lists those tensors themselves; the work of
+        the steps with "count": True is counted in the reply's "work", as Student.call(count=True) does."""
         message = {"op": "module", "cls": cls, "stand_in": stand_in, "init_args": list(init_args),
                    "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
                    "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),

@@ -7,6 +7,8 @@ somewhere in the grader.  Values the hidden tests compare (outputs, gradients) a
 with messages for the student.
 """
 
+from dataclasses import dataclass, fields
+
 import torch
 
 from autograder.sandbox.inside.protocol import ProtocolError
@@ -100,23 +102,45 @@ def _builtin_flag(value):
     return value
 
 
-def _count(value):
-    if "flops" in value:
-        _require(type(value["flops"]) is int, "flops is not an int")
-        _require(type(value.get("exponentials")) is int, "exponentials is not an int")
-        _require(type(value.get("count_intact")) is bool, "count_intact is not a bool")
+@dataclass(frozen=True)
+class Work:
+    """A counted call's work, as the child counted it (sandbox/inside/counter.py's Work says what each
+    count is), and other_threads: the threads the grader saw beside the call (student.py; work they
+    did is not counted)."""
+    intact: bool
+    torch_flops: int
+    exponentials: int
+    kernels: bool                 # the kernels' share was counted (a kernel assignment's call)
+    interpreted: bool = False     # ... in Triton's interpreter (on the CUDA device it is not: all zero)
+    launches: int = 0
+    programs: int = 0
+    addressed: int = 0
+    distinct: int = 0
+    kernel_flops: int = 0
+    kernel_flops_made: int = 0
+    output_stored: float | None = None
+    foreign_tensors: int | None = None
+    other_threads: int | None = None
 
 
-KERNEL_COUNTS = ("launches", "programs", "addressed", "distinct", "flops")
+WORK_COUNTS = ("torch_flops", "exponentials", "launches", "programs", "addressed", "distinct", "kernel_flops",
+               "kernel_flops_made")
 
 
-def _kernels(value):
-    if "kernels" in value:
-        tally = value["kernels"]
-        _dict(tally, "the kernels' tally", [*KERNEL_COUNTS, "intact", "interpreted"])
-        _require(all(type(tally[name]) is int and tally[name] >= 0 for name in KERNEL_COUNTS),
-                 "a kernel count is not a whole number")
-        _require(type(tally["intact"]) is bool and type(tally["interpreted"]) is bool, "intact is not a bool")
+def _work(value):
+    """value["work"], where the call was counted, checked and made a Work."""
+    if "work" not in value:
+        return
+    work = _dict(value["work"], "the work count", ["intact", "torch_flops", "exponentials", "kernels"])
+    known = {field.name for field in fields(Work)} - {"other_threads"}
+    _require(set(work) <= known, "the work count has unknown fields")
+    _require(all(type(work[name]) is int and work[name] >= 0 for name in WORK_COUNTS if name in work),
+             "a work count is not a whole number")
+    _require(all(type(work[name]) is bool for name in ("intact", "kernels", "interpreted") if name in work),
+             "a work flag is not a bool")
+    _require(work.get("output_stored") is None or type(work["output_stored"]) is float, "output_stored")
+    _require(work.get("foreign_tensors") is None or type(work["foreign_tensors"]) is int, "foreign_tensors")
+    value["work"] = Work(**work)
 
 
 def call(value):
@@ -124,8 +148,7 @@ def call(value):
     _gradients(value.get("input_grads"), "input_grads")
     if "args_after" in value:
         _require(type(value["args_after"]) is list, "args_after is not a list")
-    _count(value)
-    _kernels(value)
+    _work(value)
     return _builtin_flag(value)
 
 
@@ -146,5 +169,5 @@ def module(value):
     _require(type(value.get("held_elements")) is int, "held_elements is not an int")
     held = value.get("held", [])
     _require(type(held) is list and all(type(tensor) is torch.Tensor for tensor in held), "held is not a list of tensors")
-    _count(value)
+    _work(value)
     return _builtin_flag(value)

@@ -15,6 +15,7 @@ a malformed reply costs that request, never the grader.
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -377,9 +378,10 @@ class StudentProcess:
         With measure_memory the request runs in a fresh child that loads the notebook again and
         then makes only this call, and the value also carries "peak_memory" (a memory.Peak, or None
         when it could not be read): with a cgroup, everything that child holds at the call's worst
-        moment, from before the submission's first line ran (memory.py).  A counted request (one
-        with count_flops) runs with the child held to one thread, and its value carries
-        "other_threads": threads that were already running beside it (work they do is not counted)."""
+        moment, from before the submission's first line ran (memory.py).  A counted request (a call
+        with "count", a module with a step with "count") runs with the child held to one thread, and
+        its value's "work" (a replies.Work) carries other_threads: threads that were already running
+        beside it (work they do is not counted)."""
         if measure_memory:
             return self._in_fresh_child(key, message, check)
         return self._request(key, message, check)
@@ -411,7 +413,7 @@ class StudentProcess:
             self.restarts += 1
             self.start()
             timeout = min(self.limits.call_timeout, self._budget_left())
-        counted = bool(message.get("count_flops") or any(step.get("count_flops") for step in message.get("steps", ())))
+        counted = bool(message.get("count") or any(step.get("count") for step in message.get("steps", ())))
         other_threads = None
         try:
             watch = counted and self.group is not None
@@ -446,7 +448,9 @@ class StudentProcess:
             if measure_memory:
                 value["peak_memory"] = measure.peak
             if counted:
-                value["other_threads"] = other_threads
+                if not isinstance(value.get("work"), replies.Work):
+                    raise protocol.ProtocolError("a counted call's reply without its count of work")
+                value["work"] = dataclasses.replace(value["work"], other_threads=other_threads)
             return value
         except StudentTimeout:
             self.hung[key] = f"{key} did not finish within {timeout:g} s (an infinite loop?)"

@@ -32,12 +32,12 @@ def cache_of(params, x):
     return A.mla_cache_entries(params, x, torch.arange(x.shape[1]))
 
 
-def absorbed(student, params, x, new, count_flops=False):
+def absorbed(student, params, x, new, count=False):
     """absorbed_attention on the stand-in module for the last `new` tokens of x, all of x cached."""
     latent, k_rope = cache_of(params, x)
     with A.crash_hint(CAUSES["layout"]):
         reply = A.run_module(student, "MultiHeadLatentAttention", (), {}, params=params, dtype=x.dtype,
-                             stand_in=A.mla_stand_in(), count_flops=count_flops,
+                             stand_in=A.mla_stand_in(), count=count,
                              functions=[("absorbed_attention", (x[:, -new:], latent, k_rope), {})])
     output = checks.tensor(reply["outputs"][0], "absorbed_attention(mla, x_new, cache_latent, cache_rope)")
     checks.shape(output, (x.shape[0], new, A.MLA_D_MODEL), "absorbed_attention(...)",
@@ -125,7 +125,7 @@ def test_never_up_projects_the_cache(student):
     2 * d_latent * H * d_head per cached token for the keys alone."""
     x = A.randn(1, 512, A.MLA_D_MODEL, seed=483)
     params = A.mla_parameters(seed=480)
-    output, reply = absorbed(student, params, x, 1, count_flops=True)
+    output, reply = absorbed(student, params, x, 1, count=True)
     want = A.reference_or_own_rope(student, output, lambda rope_of: naive(params, x, 1, rope_of))
     checks.close(output, want, "absorbed_attention for the counted call (1 new token after 512 cached)",
                  "The counted call must first give the right answer: the work of a wrong answer earns nothing.",

@@ -241,7 +241,7 @@ def test_the_kernel_does_the_work(student):
     load of every input element, in Triton's interpreter) and what torch did (no exponential, no
     product worth the name)."""
     q, k, v = inputs(1, 2, 64, 48, 16, seed=11)
-    out, lse, reply = flash(student, q, k, v, False, 32, 16, count_flops=True, count_kernels=True)
+    out, lse, reply = flash(student, q, k, v, False, 32, 16, count=True)
     checks.close(out, A.attention_lse(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
                  "The counted call must first give the right answer.", lambda: named_mistakes(q, k, v, False, 32, 16, 0))
     A.check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
@@ -266,15 +266,15 @@ def test_causal_skips_tiles_above_the_diagonal(student):
     q, k, v = inputs(1, 1, n, n, d, seed=12)
     addressed = {}
     for causal in (False, True):
-        out, _, reply = flash(student, q, k, v, causal, block, block, count_flops=True, count_kernels=True)
+        out, _, reply = flash(student, q, k, v, causal, block, block, count=True)
         checks.close(out, A.attention_lse(q, k, v, causal)[0].float(),
                      f"out of the counted call ({'causal' if causal else 'not causal'}, {n} tokens)",
                      "The counted call must first give the right answer.",
                      lambda: named_mistakes(q, k, v, causal, block, block, 0))
         A.check_kernel_work(reply, f"triton_flash_attention(causal={causal})",
                             least_flops=attention_flops(n, n, d, 1) // (3 if causal else 1))
-        addressed[causal] = reply["kernels"]["addressed"]
-    if not reply["kernels"]["interpreted"]:
+        addressed[causal] = reply["work"].addressed
+    if not reply["work"].interpreted:
         return  # compiled for a GPU: its loads cannot be counted, the values above are what is checked
     ratio = addressed[True] / max(addressed[False], 1)
     skip = tile_loads(n, d, block, block, True) / tile_loads(n, d, block, block, False)

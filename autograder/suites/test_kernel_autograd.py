@@ -131,7 +131,7 @@ def test_forward_runs_the_kernel(student):
     """One counted call of the forward pass: its values first, then its kernels did attention's products
     and torch did none of its work."""
     q, k, v = inputs(32, seed=8)
-    out, reply = forward(student, q, k, v, count_flops=True, count_kernels=True)
+    out, reply = forward(student, q, k, v, count=True)
     checks.close(out, A.attention_lse(q, k, v)[0].float(), "triton_attention(q, k, v) of the counted call",
                  "The counted call must first give the right answer.")
     A.check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,

@@ -132,7 +132,7 @@ def test_the_kernel_does_the_work(student):
     """One counted call: its values first, then what its kernel did (every element loaded, in
     Triton's interpreter) and what torch did (no exponential, no product)."""
     x = rows(8, 64, seed=9)
-    y, reply = softmax(student, x, count_flops=True, count_kernels=True)
+    y, reply = softmax(student, x, count=True)
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(x) of the counted call",
                  "The counted call must first give the right answer.", lambda: named_mistakes(x))
     A.check_kernel_work(reply, "triton_softmax(x)", least_addressed=x.numel(), programs=x.shape[0])

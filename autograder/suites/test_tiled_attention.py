@@ -207,7 +207,7 @@ def test_causal_skips_tiles_above_the_diagonal(student):
     softmax); computing every key tile takes about 1.65 times the skip here."""
     n, block_q, block_k = 72, 16, 8
     q, k, v = inputs(n, n, seed=10, d=8, d_v=8)
-    out, _, reply = flash(student, q, k, v, True, block_q, block_k, count_flops=True)
+    out, _, reply = flash(student, q, k, v, True, block_q, block_k, count=True)
     checks.close(out, A.attention(q, k, v, A.tril(n))[0], f"out of the counted call (causal, {n} tokens)",
                  "The counted call must first give the right answer: the work of a wrong answer earns nothing.",
                  lambda: named_mistakes(q, k, v, True, block_q, block_k, 0))

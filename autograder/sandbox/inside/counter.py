@@ -211,3 +211,54 @@ class Counted:
             on_top = False
         self.intact = self.intact and on_top and still_counts
         return False
+
+
+class Work:
+    """The one count of a counted call's work, as every counted reply carries it:
+
+        with Work(kernels) as work: ...the student's call (or a module's counted steps)...
+        reply["work"] = work.reply(output, arguments)
+
+    torch's share is counted by the dispatch mode above (`Counted`); with `kernels` (the kernels.py
+    module, where this process prepared Triton) the kernels' share too (`kernels.Tally`).  The reply
+    (replies.work checks it, the suites read it as a `replies.Work`):
+
+      intact          every count was whole through the call: torch's mode still on top and counting,
+                      every interpreter wrapper in place and never seen replaced
+      torch_flops     the products torch's dispatcher ran (COSTS), exponentials: its exp and softmax
+                      operators (EXPONENTIALS)
+      kernels         whether the kernels' share was counted; then interpreted (False on the CUDA
+                      device, where it is not counted: all zero), launches, programs, addressed,
+                      distinct, kernel_flops (products whose results reached a store), kernel_flops_made
+                      (every product made), output_stored, foreign_tensors (see kernels.py)
+
+    Entered several times (a module's counted steps), it adds up the calls."""
+
+    def __init__(self, kernels=None):
+        self.kernels = kernels
+        self.torch = Counted(allocations=kernels is not None)
+        self.tally = None
+
+    def __enter__(self):
+        self.torch.__enter__()
+        if self.kernels is not None:
+            self.tally = self.kernels.Tally().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.tally is not None:
+            self.tally.__exit__(*exc)
+        return self.torch.__exit__(*exc)
+
+    def reply(self, output=None, arguments=()):
+        reply = {"intact": bool(self.torch.intact), "torch_flops": int(self.torch.flops),
+                 "exponentials": int(self.torch.exponentials), "kernels": self.tally is not None}
+        if self.tally is not None:
+            self.tally.note_call(output, arguments, self.torch.made)
+            counts = self.tally.counts
+            reply.update(intact=reply["intact"] and bool(self.tally.intact),
+                         interpreted=bool(self.kernels.INTERPRETED),
+                         **{name: int(counts[name]) for name in ("launches", "programs", "addressed", "distinct")},
+                         kernel_flops=int(counts["flops"]), kernel_flops_made=int(counts["flops_made"]),
+                         output_stored=self.tally.output_stored, foreign_tensors=self.tally.foreign_tensors)
+        return reply

@@ -24,7 +24,7 @@ import torch
 
 import protocol
 from cells import compile_cell
-from counter import Counted
+from counter import Work
 from guard import GUARD
 
 REQUESTS = REPLIES = None  # this child's pipe ends, set by serve
@@ -181,18 +181,14 @@ def guarded(request):
         GUARD.check()
 
 
-def flop_counter(wanted, allocations=False):
-    """The count of the products' FLOPs (counter.py) when wanted, else a context that does nothing;
-    allocations: also note the storages torch allocates (for a kernel assignment's tally)."""
-    return Counted(allocations) if wanted else contextlib.nullcontext()
-
-
-def counted(reply, count):
-    """The count's part of a reply: the FLOPs, and whether the counter was still whole after the call."""
-    reply["flops"] = int(count.flops)
-    reply["exponentials"] = int(count.exponentials)
-    reply["count_intact"] = bool(count.intact)
-    return reply
+def work_count(wanted, kernels=True):
+    """The count of a call's work (counter.Work) when wanted, else a context that does nothing; the
+    kernels' share too where this process prepared Triton (a kernel assignment's child) and a call's
+    `kernels` are counted (a module's steps, entered one after another, count torch's share alone)."""
+    if not wanted:
+        return contextlib.nullcontext()
+    kernels = sys.modules.get("kernels") if kernels else None
+    return Work(kernels if kernels is not None and kernels.INTERPRETED is not None else None)
 
 
 def moved(value, device):
@@ -212,14 +208,6 @@ def moved(value, device):
     return value
 
 
-def kernel_tally(wanted):
-    """What the call's Triton kernels did (kernels.py) when wanted, else a context that does nothing."""
-    if not wanted:
-        return contextlib.nullcontext()
-    import kernels
-    return kernels.Tally()
-
-
 def call(request):
     function = lookup(request["name"])
     args, kwargs = list(request["args"]), dict(request["kwargs"])
@@ -228,22 +216,18 @@ def call(request):
         args, kwargs = moved(args, device), moved(kwargs, device)
     if request.get("grad"):
         args = requires_grad(args)
-    count = flop_counter(request.get("count_flops"), allocations=bool(request.get("count_kernels")))
-    tally = kernel_tally(request.get("count_kernels"))
+    work = work_count(request.get("count"))
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
-        with count, tally:
+        with work:
             output = function(*args, **kwargs)
         grads = backward(output, moved(request["grad_outputs"], device) if device else request["grad_outputs"],
                          args) if request.get("grad") else None
     if device:
         output, grads, args = moved(output, "cpu"), moved(grads, "cpu"), moved(args, "cpu")
     reply = {"output": output, "input_grads": grads, "used_builtin_attention": GUARD.used}
-    if request.get("count_flops"):
-        counted(reply, count)
-    if request.get("count_kernels"):
-        tally.note_call(output, (args, kwargs), count.made if request.get("count_flops") else None)
-        reply["kernels"] = tally.as_reply()
+    if request.get("count"):
+        reply["work"] = work.reply(output, (args, kwargs))
     if request.get("echo_args"):
         reply["args_after"] = args  # what the inputs hold after the call (were they modified?)
     return reply
@@ -326,8 +310,8 @@ def held_tensors(instance):
 
 
 def module(request):
-    counting = any(step.get("count_flops") for step in request.get("steps", []))
-    count = flop_counter(counting)
+    counting = any(step.get("count") for step in request.get("steps", []))
+    work = work_count(counting, kernels=False)
     with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
         own_buffers = {name: (buffer, buffer.data_ptr()) for name, buffer in instance.named_buffers()}
@@ -338,7 +322,7 @@ def module(request):
             if request.get("grad"):
                 args = requires_grad(args)
             step_args.append(args)
-            with count if step.get("count_flops") else contextlib.nullcontext():
+            with work if step.get("count") else contextlib.nullcontext():
                 if step.get("load"):  # the grader changes parameters between two steps
                     load_parameters(instance, step["load"], request["cls"])
                     result = None
@@ -378,7 +362,7 @@ def module(request):
         "used_builtin_attention": GUARD.used,
     }
     if counting:
-        counted(reply, count)
+        reply["work"] = work.reply()
     return reply
 
 

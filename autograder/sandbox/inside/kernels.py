@@ -7,7 +7,9 @@ kernel in its interpreter (TRITON_INTERPRET=1): the same kernel code, one progra
 each tl operation a NumPy operation.  Its caches go to the scratch space.
 
 `load()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
-`Tally` reports what its kernels did, counted where the kernel runs and not taken from the answer:
+`Tally` (which counter.Work enters for a counted call) reports what its kernels did, counted where
+the kernel runs and not taken from the answer; the count lives in the closure of the wrappers, as
+counter.py's does:
 
   launches, programs   kernel launches and the programs of their grids
   addressed            elements the unmasked lanes of every tl.load read (a program that visits a
@@ -33,7 +35,7 @@ constants, gpu_compiler.py compiles it for a GPU (without one): a body that is n
 stops the call with NotTriton.
 
 The wrappers are put in place before any submission's code runs; after a call `Tally.intact`
-says whether they are still the interpreter's operations and were never seen replaced: every
+(Work's `intact`, with torch's count) says whether they are still the interpreter's operations and were never seen replaced: every
 wrapper, each time it runs, checks that the others are in place, so one swapped during a call and
 put back before it returns is seen (code that takes them apart is also flagged on the trusted side,
 rules.py, however it spells the names it can be read to use).
@@ -42,17 +44,8 @@ rules.py, however it spells the names it can be read to use).
 import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
-_STATE = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-          "program": (0, 0, 0), "read": [], "written": [], "replaced": False,
-          "products": {}, "stored_products": set(), "launched": set()}
 _NONE = frozenset()
-_WRAPPERS = {}
-_CARRYING = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
-
-
-def _carrying(on):
-    for owner, name, operation in _CARRYING.get("carrying" if on else "plain", ()):
-        setattr(owner, name, operation)
+FIELDS = ("launches", "programs", "addressed", "flops")
 
 
 class OutOfBounds(IndexError):
@@ -64,7 +57,7 @@ def load():
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
     without it they are compiled for the CUDA device, and Triton's driver is left for each child to
     make (worker.fresh_child)."""
-    global INTERPRETED
+    global INTERPRETED, _begin, _end, _intact
     if INTERPRETED is not None:
         return
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -73,7 +66,7 @@ def load():
     import triton  # noqa: F401
     import triton.language  # noqa: F401
     if INTERPRETED:
-        _install()
+        _begin, _end, _intact = _install()
 
 
 def open_device(memory_mb):
@@ -111,6 +104,8 @@ def _warm_compiler():
 
 
 def _install():
+    """Put the wrappers in place; the tally's state lives in this function's closure (as counter.py's
+    count does), out of reach of any module attribute.  Returns (begin, end, intact) for Tally."""
     import dataclasses
 
     import numpy as np
@@ -131,12 +126,28 @@ def _install():
     launch = interpreter.GridExecutor.__call__
     run = interpreter.InterpretedFunction.run
 
+    state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
+             "program": (0, 0, 0), "read": [], "written": [], "replaced": False,
+             "products": {}, "stored_products": set(), "launched": set()}
+    wrappers = {}
+    carrying_sets = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
+
+    def in_place():
+        """Whether every wrapper is in place now."""
+        return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in wrappers.items())
+
+    def watched():
+        """Called by every wrapper, every time: a wrapper found missing while another runs (one
+        replaced during a call, put back before it returns) is noted for good."""
+        if not in_place():
+            state["replaced"] = True
+
     def reach(self, ptrs, mask, what):
         """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor; the
         addresses of the unmasked lanes otherwise."""
         where = np.asarray(ptrs.data, dtype=np.uint64)
         lanes = where[np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)] if mask is not None else where
-        ranges = _STATE["ranges"]
+        ranges = state["ranges"]
         if not ranges or lanes.size == 0:
             return lanes.ravel()
         size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
@@ -145,7 +156,7 @@ def _install():
             inside |= (lanes >= np.uint64(low)) & (lanes + np.uint64(size) <= np.uint64(high))
         if not inside.all():
             outside = int((~inside).sum())
-            raise OutOfBounds(f"{what} of program {_STATE['program']} reaches {outside} element(s) outside every "
+            raise OutOfBounds(f"{what} of program {state['program']} reaches {outside} element(s) outside every "
                               f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
         return lanes.ravel()
 
@@ -154,9 +165,9 @@ def _install():
     def create_masked_load(self, ptrs, mask, *rest):
         watched()
         lanes = reach(self, ptrs, mask, "tl.load")
-        if _STATE["counting"]:
-            _STATE["addressed"] += int(lanes.size)
-            _STATE["read"].append(lanes)
+        if state["counting"]:
+            state["addressed"] += int(lanes.size)
+            state["read"].append(lanes)
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
     def write(self, ptrs, value, mask, what):
@@ -164,9 +175,9 @@ def _install():
         (with the products whose results the stored value carries)."""
         watched()
         lanes = reach(self, ptrs, mask, what)
-        if _STATE["counting"]:
-            _STATE["written"].append(lanes)
-            _STATE["stored_products"] |= carried(value)
+        if state["counting"]:
+            state["written"].append(lanes)
+            state["stored_products"] |= carried(value)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
         write(self, ptrs, value, mask, "tl.store")
@@ -183,8 +194,8 @@ def _install():
 
     def product(out, flops, *operands):
         """Note a product's FLOPs; its result carries them, with what its operands carried, until a store."""
-        _STATE["flops"] += flops
-        made = _STATE["products"]
+        state["flops"] += flops
+        made = state["products"]
         made[len(made)] = flops
         out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in operands))
         return out
@@ -192,7 +203,7 @@ def _install():
     def create_dot(self, a, b, d, *rest):
         watched()
         out = originals["create_dot"](self, a, b, d, *rest)
-        if _STATE["counting"]:
+        if state["counting"]:
             m, k = np.shape(a.data)[-2:]
             product(out, 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k)
                     * int(np.shape(b.data)[-1]), a, b, d)
@@ -201,22 +212,22 @@ def _install():
     def create_fmul(self, lhs, rhs):
         watched()
         out = originals["create_fmul"](self, lhs, rhs)
-        if _STATE["counting"]:
+        if state["counting"]:
             product(out, 2 * int(np.asarray(out.data).size), lhs, rhs)
         return out
 
     def create_fma(self, a, b, c):
         watched()
         out = originals["create_fma"](self, a, b, c)
-        if _STATE["counting"]:
+        if state["counting"]:
             product(out, 2 * int(np.asarray(out.data).size), a, b, c)
         return out
 
     def set_grid_idx(self, x, y, z):
         watched()
-        _STATE["program"] = (x, y, z)
-        if _STATE["counting"]:
-            _STATE["programs"] += 1
+        state["program"] = (x, y, z)
+        if state["counting"]:
+            state["programs"] += 1
         return originals["set_grid_idx"](self, x, y, z)
 
     def grid_executor_call(self, *args, **kwargs):
@@ -225,15 +236,15 @@ def _install():
         for tensor in tensors:
             storage = tensor.untyped_storage()
             ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-        outer = _STATE["ranges"]
-        _STATE["ranges"] = ranges
-        if _STATE["counting"]:
-            _STATE["launches"] += 1
-            _STATE["launched"].update(tensor.untyped_storage().data_ptr() for tensor in tensors)
+        outer = state["ranges"]
+        state["ranges"] = ranges
+        if state["counting"]:
+            state["launches"] += 1
+            state["launched"].update(tensor.untyped_storage().data_ptr() for tensor in tensors)
         try:
             return launch(self, *args, **kwargs)
         finally:
-            _STATE["ranges"] = outer
+            state["ranges"] = outer
 
     # The interpreter patches triton.language again at every call of a @triton.jit function inside a
     # kernel (tl.max, tl.sum: once a program), and never undoes it: most of a small kernel's time.  The
@@ -293,7 +304,7 @@ def _install():
     operations = [(builder, name, operation) for name, operation in list(vars(builder).items())
                   if name.startswith("create_") and name not in originals and callable(operation)]
     operations.append((interpreter.ReduceScanOpInterface, "apply", interpreter.ReduceScanOpInterface.apply))
-    _CARRYING.update({"plain": operations,
+    carrying_sets.update({"plain": operations,
                       "carrying": [(owner, name, carrying(operation)) for owner, name, operation in operations]})
 
     def interpreted_run(self, *args, grid, warmup, **kwargs):
@@ -308,66 +319,74 @@ def _install():
                           ("create_fma", create_fma)):
         wrapper.__name__ = wrapper.__qualname__ = name
         setattr(builder, name, wrapper)
-        _WRAPPERS[(builder, name)] = wrapper
+        wrappers[(builder, name)] = wrapper
     grid_executor_call.__name__ = grid_executor_call.__qualname__ = "__call__"
     interpreter.GridExecutor.__call__ = grid_executor_call
-    _WRAPPERS[(interpreter.GridExecutor, "__call__")] = grid_executor_call
+    wrappers[(interpreter.GridExecutor, "__call__")] = grid_executor_call
     interpreted_run.__name__ = interpreted_run.__qualname__ = "run"
     interpreter.InterpretedFunction.run = interpreted_run
-    _WRAPPERS[(interpreter.InterpretedFunction, "run")] = interpreted_run
+    wrappers[(interpreter.InterpretedFunction, "run")] = interpreted_run
     device_call.__name__ = device_call.__qualname__ = "__call__"
     interpreter.InterpretedFunction.__call__ = device_call
-    _WRAPPERS[(interpreter.InterpretedFunction, "__call__")] = device_call
+    wrappers[(interpreter.InterpretedFunction, "__call__")] = device_call
+
+    def switch_carrying(on):
+        for owner, name, operation in carrying_sets.get("carrying" if on else "plain", ()):
+            setattr(owner, name, operation)
+
+    def begin():
+        start = {name: state[name] for name in FIELDS}
+        state["read"], state["written"], state["products"], state["stored_products"] = [], [], {}, set()
+        state["launched"] = set()
+        state["counting"] = True
+        switch_carrying(True)
+        return start
+
+    def end(start):
+        """(counts, written, launched) since begin() gave `start`: flops, the products whose results
+        reached a store; flops_made, every product made; written, the addresses stored to; launched,
+        the storages the kernels were launched on."""
+        state["counting"] = False
+        switch_carrying(False)
+        counts = {name: state[name] - start[name] for name in FIELDS}
+        counts["flops_made"] = counts["flops"]
+        counts["flops"] = sum(state["products"][index] for index in state["stored_products"])
+        state["products"], state["stored_products"] = {}, set()
+        read, written = state["read"], state["written"]
+        counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
+        written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
+        state["read"], state["written"] = [], []
+        launched, state["launched"] = state["launched"], set()
+        return counts, written, launched
+
+    def intact():
+        """Whether every wrapper is in place and none was ever seen replaced."""
+        return in_place() and not state["replaced"]
+
+    return begin, end, intact
 
 
-def in_place():
-    """Whether every wrapper is in place now."""
-    return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in _WRAPPERS.items())
-
-
-def watched():
-    """Called by every wrapper, every time: a wrapper found missing while another runs (one replaced
-    during a call, put back before it returns) is noted for good."""
-    if not in_place():
-        _STATE["replaced"] = True
-
-
-def intact():
-    """Whether every wrapper is in place and none was ever seen replaced (True where nothing was
-    installed: no interpreter)."""
-    return in_place() and not _STATE["replaced"]
+# Set by load() where the interpreter runs the kernels; elsewhere nothing is installed to count with.
+_begin = _end = _intact = None
 
 
 class Tally:
-    """with Tally() as tally: ...the student's call...; then tally.as_reply() (what the call's kernels
-    did) and tally.intact."""
-
-    FIELDS = ("launches", "programs", "addressed", "flops")
+    """with Tally() as tally: ...the student's call...; then tally.counts (what the call's kernels did,
+    all zero on the CUDA device), tally.intact, and after note_call, tally.output_stored and
+    tally.foreign_tensors."""
 
     def __enter__(self):
-        self.start = {name: _STATE[name] for name in self.FIELDS}
-        _STATE["read"], _STATE["written"], _STATE["products"], _STATE["stored_products"] = [], [], {}, set()
-        _STATE["launched"] = set()
-        _STATE["counting"] = True
-        _carrying(True)
+        self.start = _begin() if INTERPRETED else None
         return self
 
     def __exit__(self, *exc):
         import numpy as np
-        _STATE["counting"] = False
-        _carrying(False)
-        self.counts = {name: _STATE[name] - self.start[name] for name in self.FIELDS}
-        # flops: the products whose results reached a store; flops_made: every product made
-        made = _STATE["products"]
-        self.counts["flops_made"] = self.counts["flops"]
-        self.counts["flops"] = sum(made[index] for index in _STATE["stored_products"])
-        _STATE["products"], _STATE["stored_products"] = {}, set()
-        read, written = _STATE["read"], _STATE["written"]
-        self.counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
-        self.written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
-        _STATE["read"], _STATE["written"] = [], []
-        self.launched, _STATE["launched"] = _STATE["launched"], set()
-        self.intact = intact()
+        if INTERPRETED:
+            self.counts, self.written, self.launched = _end(self.start)
+            self.intact = _intact()
+        else:
+            self.counts = {name: 0 for name in (*FIELDS, "flops_made", "distinct")}
+            self.written, self.launched, self.intact = np.zeros(0, dtype=np.uint64), set(), True
         self.output_stored = self.foreign_tensors = None
         return False
 
@@ -399,7 +418,3 @@ class Tally:
             stored += int(np.isin(where, self.written).sum())
             total += where.size
         self.output_stored = stored / total if total else None
-
-    def as_reply(self):
-        return {**self.counts, "intact": bool(self.intact), "interpreted": bool(INTERPRETED),
-                "output_stored": self.output_stored, "foreign_tensors": self.foreign_tensors}

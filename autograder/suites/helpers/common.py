@@ -119,12 +119,12 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 
 
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
-               train=False, grad_outputs=None, functions=(), stand_in=None, count_flops=False, held=False):
+               train=False, grad_outputs=None, functions=(), stand_in=None, count=False, held=False):
     """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
     `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("load", {name: value}) to change
     parameters between two calls) and then `functions`
     ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
-    count_flops: the reply's "flops" counts the matrix products of the last function; held: the reply's
+    count: the reply's "work" counts the work of the last function; held: the reply's
     "held" lists the tensors the module keeps outside its parameters."""
     steps = []
     for call in calls:
@@ -135,8 +135,8 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
         steps.append({"method": method, "args": list(args), "kwargs": dict(kwargs)})
     for function, args, kwargs in functions:
         steps.append({"function": function, "args": list(args), "kwargs": dict(kwargs)})
-    if count_flops:
-        steps[-1]["count_flops"] = True
+    if count:
+        steps[-1]["count"] = True
     try:
         return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
                               steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
@@ -313,3 +313,18 @@ def mha_mistakes(params, num_heads, query, key, value, mask=None):
     return named(MHA_CAUSES, shared_projection=run(shared=True), no_output_projection=run(output_projection=False),
                  scale_d_model=run(scale=1 / math.sqrt(query.shape[-1])),
                  merge_without_transpose=run(merge_transposed=False), softmax_over_queries=run(dim=-2))
+
+
+def counted(reply, what):
+    """The work of a counted call (a replies.Work), once the count is known to be whole: every counter
+    stayed in place through the call, and no thread the notebook started ran beside it (its work
+    would not be counted)."""
+    work = reply["work"]
+    if not work.intact:
+        raise Feedback(f"The count of what {what} did was switched off or changed while it ran.",
+                       "Leave the grader's counters (and Triton's interpreter) alone: the count of a call is "
+                       "what it did.")
+    if work.other_threads:
+        raise Feedback(f"{what} ran beside {work.other_threads} other thread(s) started by the notebook, whose "
+                       "work the count does not see.", "Start no thread in the notebook's cells.")
+    return work

@@ -12,7 +12,7 @@ from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.sandbox import jail
 from autograder.sandbox.inside.protocol import Strided
-from autograder.suites.helpers.common import randn
+from autograder.suites.helpers.common import counted, randn
 
 # The words of the error a kernel gets when a load or store leaves every tensor it was given.
 OUT_OF_BOUNDS = ("OutOfBounds",)
@@ -99,36 +99,30 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=No
     during it), and torch computed no exponential and almost no products (allocation, a scale of the
     inputs and copies of them are allowed).  Every count must have stayed whole, and no thread the
     notebook started may run beside the call (its work would not be counted)."""
-    tally = reply.get("kernels") or {}
-    if not tally.get("intact", False) or not reply.get("count_intact", False):
-        raise Feedback(f"The count of what {what} did was switched off or changed while it ran.",
-                       "Leave Triton's interpreter and the grader's counters alone: the count of a call is what it did.")
-    if reply.get("other_threads"):
-        raise Feedback(f"{what} ran beside {reply['other_threads']} other thread(s) started by the notebook, whose "
-                       "work the count does not see.", "Start no thread: the call's work must be its own kernels'.")
-    if reply["exponentials"]:
-        raise Feedback(f"{what} ran {reply['exponentials']} exponential or softmax operation(s) in torch.", NOT_THE_KERNEL)
-    if tally["interpreted"] and tally["launches"] == 0:
+    work = counted(reply, what)
+    if work.exponentials:
+        raise Feedback(f"{what} ran {work.exponentials} exponential or softmax operation(s) in torch.", NOT_THE_KERNEL)
+    if work.interpreted and work.launches == 0:
         raise Feedback(f"{what} launched no Triton kernel.", NOT_THE_KERNEL)
-    if reply["flops"] > max(least_flops // 8, 4096):
-        raise Feedback(f"{what} did {reply['flops']:,} floating-point operations in torch's products.", NOT_THE_KERNEL)
-    if tally["interpreted"] and tally["flops"] < least_flops:
-        unused = tally.get("flops_made", tally["flops"]) - tally["flops"]
+    if work.torch_flops > max(least_flops // 8, 4096):
+        raise Feedback(f"{what} did {work.torch_flops:,} floating-point operations in torch's products.", NOT_THE_KERNEL)
+    if work.interpreted and work.kernel_flops < least_flops:
+        unused = work.kernel_flops_made - work.kernel_flops
         unused = f" ({unused:,} more made whose results no store took)" if unused > 0 else ""
-        raise Feedback(f"{what}'s kernels did {tally['flops']:,} floating-point operations in products whose results "
-                       f"reached a store (tl.dot, *){unused}, fewer than the {least_flops:,} the computation needs.",
-                       NOT_THE_KERNEL)
-    if tally["interpreted"] and tally["distinct"] < least_addressed:
-        raise Feedback(f"{what}'s kernels read {tally['distinct']:,} distinct elements (lanes a mask turns off read "
+        raise Feedback(f"{what}'s kernels did {work.kernel_flops:,} floating-point operations in products whose "
+                       f"results reached a store (tl.dot, *){unused}, fewer than the {least_flops:,} the computation "
+                       "needs.", NOT_THE_KERNEL)
+    if work.interpreted and work.distinct < least_addressed:
+        raise Feedback(f"{what}'s kernels read {work.distinct:,} distinct elements (lanes a mask turns off read "
                        f"nothing), fewer than the {least_addressed:,} of its inputs.", NOT_THE_KERNEL)
-    if tally["interpreted"] and tally.get("foreign_tensors"):
-        raise Feedback(f"{what} launched its kernels on {tally['foreign_tensors']} tensor(s) made before the call, "
+    if work.interpreted and work.foreign_tensors:
+        raise Feedback(f"{what} launched its kernels on {work.foreign_tensors} tensor(s) made before the call, "
                        "neither its inputs nor allocated during it.",
                        "Launch the kernel on the call's own inputs and on outputs the call allocates.")
-    stored = tally.get("output_stored")
-    if tally["interpreted"] and stored is not None and stored < 1.0:
+    stored = work.output_stored
+    if work.interpreted and stored is not None and stored < 1.0:
         raise Feedback(f"{1 - stored:.0%} of what {what} returned is memory its kernels did not store during the call.",
                        "Return the tensors your kernel stores into (allocate them, pass them to the launch, return "
                        "them): an answer kept from an earlier call, or copied after the kernel ran, is not its work.")
-    if tally["interpreted"] and programs is not None and tally["programs"] != programs:
-        raise Feedback(f"{what} ran {tally['programs']:,} programs; the statement's grid has {programs:,}.", GRID)
+    if work.interpreted and programs is not None and work.programs != programs:
+        raise Feedback(f"{what} ran {work.programs:,} programs; the statement's grid has {programs:,}.", GRID)

@@ -8,7 +8,7 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
-from autograder.suites.helpers.common import randn, tril
+from autograder.suites.helpers.common import counted, randn, tril
 
 
 def logsumexp(q, k, mask=None):
@@ -118,16 +118,10 @@ HIDDEN_WORK = ("Do the products with torch (@, torch.matmul, einsum or element-w
 
 
 def check_work(reply, what, low, high, observed, too_much):
-    """The counted call's FLOPs (reply of a request with count_flops) lie in [low, high]: above is
-    `too_much` (the hint), below is work the count cannot see.  The count must have stayed whole and
-    the call must have been the child's only thread."""
-    if not reply.get("count_intact", False):
-        raise Feedback(f"The count of {what}'s work was switched off or changed while it ran.",
-                       "Leave the grader's FLOP counter alone: the count of a call is what it did.")
-    if reply.get("other_threads"):
-        raise Feedback(f"{what} ran beside {reply['other_threads']} other thread(s) started by the notebook; "
-                       "their work cannot be counted.", "Start no threads in the notebook's cells.")
-    flops = reply["flops"]
+    """The FLOPs of torch's products in a counted call lie in [low, high]: above is `too_much` (the
+    hint), below is work the count cannot see.  The count must have stayed whole and the call must
+    have been the child's only thread (common.counted)."""
+    flops = counted(reply, what).torch_flops
     if flops > high:
         raise Feedback(f"{what} did {flops:,} floating-point operations in its products; {observed}", too_much)
     if flops < low:
