@@ -9,7 +9,6 @@ unchanged since it was graded is not graded again unless forced; so after a cras
 same command grades only what is missing.
 """
 
-import csv
 import difflib
 import fnmatch
 import hashlib
@@ -26,7 +25,7 @@ from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
 from autograder.files import write_csv
-from autograder.render import write_grades_csv
+from autograder.render import read_grades_csv, write_grades_csv
 from autograder.results import SubmissionResult, grader_failed, not_graded
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 
@@ -507,9 +506,9 @@ def handed_in(task):
 def previous_scores(layout):
     """(student, assignment) -> final score, as the last grades.csv gave them."""
     try:
-        with open(layout.grades_csv, newline="") as handle:
-            return {(row["student"], row["assignment"]): float(row["final_score"]) for row in csv.DictReader(handle)}
-    except (OSError, KeyError, ValueError):
+        return {(row["student"], row["assignment"]): float(row["final_score"])
+                for row in read_grades_csv(layout.grades_csv)}
+    except (OSError, ValueError):
         return {}
 
 

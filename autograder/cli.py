@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import CourseError, load_course
-from autograder.intake import SubmissionError, find_notebooks
+from autograder.intake import SubmissionError, choose_notebooks, find_notebooks
 from autograder.sandbox import cgroup
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
@@ -31,15 +31,11 @@ def _grade(args, course):
     path = Path(args.notebook)
     if not path.is_file():
         raise CourseError(f"no notebook at {path}")
-    if len(assignment.notebooks) != 1:
-        by_name = {notebook.filename: notebook for notebook in assignment.notebooks}
-        if path.name not in by_name:
-            raise CourseError(f"{path.name} is not a notebook of {assignment.id} "
-                              f"(expected one of: {', '.join(by_name)})")
-        notebooks = {by_name[path.name].name: path}
-    else:
-        notebooks = {assignment.notebooks[0].name: path}  # any file name will do
-    _warn_without_accounting()
+    try:
+        notebooks = choose_notebooks(assignment, [path])
+    except SubmissionError as error:
+        raise CourseError(str(error)) from None
+    _check_sandbox(course, probe_it=False)
     result = grade_one(course, assignment, path.parent, args.student, notebooks)
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
@@ -60,23 +56,6 @@ def _grade(args, course):
     return 0
 
 
-def choose_notebooks(assignment, folder):
-    """{notebook name: path} of an assignment's notebooks in an upload of unknown layout (any file
-    name will do when the assignment has one notebook and the upload holds one); SubmissionError
-    with the reason otherwise."""
-    by_filename = {notebook.filename: notebook.name for notebook in assignment.notebooks}
-    found = find_notebooks(folder)
-    if len(by_filename) == 1 and len(found) == 1:
-        return {assignment.notebooks[0].name: found[0]}
-    named = {by_filename[path.name]: path for path in found if path.name in by_filename}
-    if named:
-        return named
-    if not found:
-        raise SubmissionError("no notebook (.ipynb) was found in the submission")
-    raise SubmissionError(f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
-                          f"submit only {', '.join(sorted(by_filename))}")
-
-
 def _gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
@@ -86,10 +65,8 @@ def _gradescope(args, course):
     assignment = course.assignment(args.assignment)
     reason = ""
     try:
-        chosen = choose_notebooks(assignment, args.submission)
-        if course.limits.sandboxed:
-            _say(probe())
-        _warn_without_accounting()
+        chosen = choose_notebooks(assignment, find_notebooks(args.submission))
+        _check_sandbox(course)
     except SubmissionError as error:
         reason = str(error)
     except SandboxUnavailable as error:  # the instructor's to fix: the student is told no more
@@ -156,13 +133,14 @@ def _shard(text):
     return k, n
 
 
-def _say(line):
-    """A line for the instructor on stderr (what the sandbox binds of a GPU), where there is one."""
-    if line:
-        print(line, file=sys.stderr)
-
-
-def _warn_without_accounting():
+def _check_sandbox(course, probe_it=True):
+    """Before student code runs: SandboxUnavailable where the course's sandbox cannot be built (probed
+    where `probe_it`), a line on stderr for the instructor about what it binds of a GPU, and the
+    warning where memory cannot be accounted per child."""
+    if probe_it and course.limits.sandboxed:
+        line = probe()
+        if line:
+            print(line, file=sys.stderr)
     warning = cgroup.fallback_warning()
     if warning:
         print(warning, file=sys.stderr)
@@ -171,9 +149,7 @@ def _warn_without_accounting():
 def _grade_class(args, course):
     from autograder import classroom, render
 
-    if course.limits.sandboxed:
-        _say(probe())
-    _warn_without_accounting()
+    _check_sandbox(course)
     chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
                                      students=args.student, shard=args.shard, force=args.force)
     classroom.start_log(chosen.layout.log)
@@ -201,7 +177,7 @@ def _serve(args, course):
         print(json.dumps(state) if state else f"no grading service runs for {course.root}")
         return 0 if state else 1
     if course.limits.sandboxed:
-        _say(probe())
+        _check_sandbox(course)
     return service.serve(course, args.argv, args.jobs or classroom.default_jobs(),
                          lambda line: print(line, flush=True), main)
 
@@ -260,14 +236,21 @@ def _k8s_manifests(args, course):
     return 0
 
 
-def _export_lms(args, course):
-    from autograder import classroom, lms
+def _published(args, course):
+    """(layout, results) of the class graded into --out, published with the gradebook's manual scores
+    (where --db exists) as make grade publishes it: what the LMS commands send."""
+    from autograder import classroom
+    from autograder.gradebook import exists
     from autograder.layout import Layout
     layout = Layout(args.out)
     if not layout.results.is_dir():
         raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
-    from autograder.gradebook import exists
-    results = classroom.publish(course, layout, args.db if exists(args.db) else None)
+    return layout, classroom.publish(course, layout, args.db if exists(args.db) else None)
+
+
+def _export_lms(args, course):
+    from autograder import classroom, lms
+    layout, results = _published(args, course)
     paths, unknown = lms.write_exports(course, layout, classroom.wide_rows(course, results), args.roster)
     print("LMS imports: " + "  ".join(map(str, paths)))
     if unknown:
@@ -288,17 +271,12 @@ def _lms_keys(args, course):
 
 
 def _lms_push(args, course):
-    from autograder import classroom, lms, lti
-    from autograder.gradebook import exists
-    from autograder.layout import Layout
+    from autograder import lms, lti
     platform = lti.load_platform(args.config)
     key = None if args.dry_run else lti.read_private_key(platform.private_key, course.root)
-    layout = Layout(args.out)
-    if not layout.results.is_dir():
-        raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
     for assignment in args.assignment or []:
         course.assignment(assignment)
-    results = classroom.publish(course, layout, args.db if exists(args.db) else None)
+    layout, results = _published(args, course)
     scores = lti.final_scores(course, results, args.assignment)
     roster = lms.read_roster(args.roster)
     if args.dry_run:   # the roster and the state file only: no network
@@ -359,10 +337,34 @@ def _new_exercise(args, course):
     return 0
 
 
+# The options several commands share, each written once.
+
 def _add_selection(command):
     """The options that choose part of the class, the same wherever a class is graded."""
     command.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     command.add_argument("--student", action="append", help="only students matching this glob (repeatable)")
+
+
+def _add_db(command):
+    command.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+
+
+def _add_graded(command):
+    command.add_argument("--out", default="grading", help="the folder grade-class wrote")
+
+
+def _add_autograded(command):
+    command.add_argument("--autograded", default=None,
+                         help="nbgrader's autograded/ folder (default: beside the submitted folder)")
+
+
+def _add_no_service(command):
+    command.add_argument("--no-service", action="store_true",
+                         help="grade in this process even where a grading service runs (see serve)")
+
+
+def _add_api(command):
+    command.add_argument("--api", default=None, help="the REST API's URL (default: $GITHUB_API_URL or GitHub's)")
 
 
 def parser():
@@ -376,8 +378,7 @@ def parser():
     grade.add_argument("--json", help="where to write Gradescope's results.json")
     grade.add_argument("--feedback", help="where to write the student's feedback (.md, or .html)")
     grade.add_argument("--student", default="student")
-    grade.add_argument("--no-service", action="store_true", help="grade in this process even where a grading "
-                                                                 "service runs (see serve)")
+    _add_no_service(grade)
     grade.add_argument("notebook")
     grade.set_defaults(run=_grade)
 
@@ -385,16 +386,14 @@ def parser():
     whole.add_argument("--submitted", default="submitted")
     _add_selection(whole)
     whole.add_argument("--out", default="grading", help="folder for grades.csv, results, feedback")
-    whole.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    _add_db(whole)
     whole.add_argument("--jobs", type=int, default=0, help="grading processes (default: one per core)")
     whole.add_argument("--shard", type=_shard, default=None, metavar="K/N",
                        help="grade only the K-th of N deterministic parts of the class")
     whole.add_argument("--force", action="store_true", help="grade again even what is unchanged")
     whole.add_argument("--table", action="store_true", help="print a table of the graded submissions")
-    whole.add_argument("--autograded", default=None,
-                       help="nbgrader's autograded/ folder (default: beside the submitted folder)")
-    whole.add_argument("--no-service", action="store_true",
-                       help="grade in this process even where a grading service runs (see serve)")
+    _add_autograded(whole)
+    _add_no_service(whole)
     whole.set_defaults(run=_grade_class)
 
     service = commands.add_parser("serve", help="a grading service that keeps torch, the suites and started "
@@ -406,16 +405,15 @@ def parser():
     merge = commands.add_parser("merge", help="combine the output folders of --shard runs into one")
     merge.add_argument("shards", nargs="+", help="output folders of grade-class --shard runs")
     merge.add_argument("--out", required=True, help="the combined output folder")
-    merge.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    _add_db(merge)
     merge.add_argument("--autograded", default="autograded", help="nbgrader's autograded/ folder")
     merge.set_defaults(run=_merge)
 
     cluster = commands.add_parser("grade-slurm", help="grade-class on a Slurm cluster: an array of shards, then a merge")
     cluster.add_argument("--submitted", default="submitted")
     cluster.add_argument("--out", default="grading", help="the merged output folder (shards in <out>/shards/)")
-    cluster.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
-    cluster.add_argument("--autograded", default=None,
-                         help="nbgrader's autograded/ folder (default: beside the submitted folder)")
+    _add_db(cluster)
+    _add_autograded(cluster)
     cluster.add_argument("--shards", type=int, required=True, help="array tasks, one shard of the class each")
     cluster.add_argument("--jobs", type=int, default=1, help="grading processes (and CPUs) per shard")
     _add_selection(cluster)
@@ -455,13 +453,13 @@ def parser():
     collect.add_argument("--organization", default=None, help="default: course.yml's github.organization")
     collect.add_argument("--prefix", default=None, help="default: course.yml's github.repository_prefix")
     collect.add_argument("--shard", type=_shard, default=None, metavar="K/N")
-    collect.add_argument("--api", default=None, help="the REST API's URL (default: $GITHUB_API_URL or GitHub's)")
+    _add_api(collect)
     collect.set_defaults(run=_collect_push)
 
     answer = commands.add_parser("post-push", help="answer each collected commit: statuses and a feedback comment")
     answer.add_argument("--submitted", default="submitted")
-    answer.add_argument("--out", default="grading", help="the folder grade-class wrote")
-    answer.add_argument("--api", default=None, help="the REST API's URL (default: $GITHUB_API_URL or GitHub's)")
+    _add_graded(answer)
+    _add_api(answer)
     answer.set_defaults(run=_post_push)
 
     kit = commands.add_parser("student-kit", help="build what students receive")
@@ -476,9 +474,9 @@ def parser():
     zipped.set_defaults(run=_gradescope_zip)
 
     export = commands.add_parser("export-lms", help="final scores as Canvas's and Moodle's grade imports")
-    export.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    _add_graded(export)
     export.add_argument("--roster", required=True, help="CSV: student, name, email, sis_user_id, sis_login_id, section")
-    export.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    _add_db(export)
     export.set_defaults(run=_export_lms)
 
     keys = commands.add_parser("lms-keys", help="make the tool's key pair for LTI 1.3; print the JWKS to register")
@@ -489,15 +487,15 @@ def parser():
     send = commands.add_parser("lms-push", help="push final scores to the LMS with LTI 1.3 (AGS and NRPS)")
     send.add_argument("--config", default="lti.yml", help="the LTI configuration (docs/lms.md)")
     send.add_argument("--roster", required=True, help="CSV: student and the column that names them in the LMS")
-    send.add_argument("--out", default="grading", help="the folder grade-class wrote")
-    send.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    _add_graded(send)
+    _add_db(send)
     send.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     send.add_argument("--dry-run", action="store_true", help="print what would be sent, send nothing")
     send.add_argument("--force", action="store_true", help="send every score, not only those that changed")
     send.set_defaults(run=_lms_push)
 
     report = commands.add_parser("report", help="item analysis of a graded class (after grade-class)")
-    report.add_argument("--out", default="grading", help="the folder grade-class wrote")
+    _add_graded(report)
     report.set_defaults(run=_report)
 
     new = commands.add_parser("new-exercise", help="scaffold an exercise: notebook cells, course.yml, suite, catalogue")
@@ -516,7 +514,7 @@ def parser():
     points = manual.add_mutually_exclusive_group(required=True)
     points.add_argument("--score", type=float, help="the exercise's points, replacing the automatic ones")
     points.add_argument("--clear", action="store_true", help="remove the manual score")
-    manual.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
+    _add_db(manual)
     manual.set_defaults(run=_manual_score)
 
     release = commands.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader")

@@ -160,3 +160,23 @@ def submission_folders(submitted):
                 "" if entry.is_dir(follow_symlinks=False) else "not a folder")
             found.append((student.name, entry.name, Path(entry.path), problem))
     return found
+
+
+def choose_notebooks(assignment, found):
+    """{notebook name: path} of an assignment's notebooks among the paths `found` (an upload's
+    notebooks, or the one notebook named on the command line): any file name will do when the
+    assignment has one notebook and one was found, else they go by file name; SubmissionError with
+    the reason when none is the assignment's."""
+    by_filename = {notebook.filename: notebook.name for notebook in assignment.notebooks}
+    if len(by_filename) == 1 and len(found) == 1:
+        return {assignment.notebooks[0].name: found[0]}
+    named = {by_filename[path.name]: path for path in found if path.name in by_filename}
+    if named:
+        return named
+    if not found:
+        raise SubmissionError("no notebook (.ipynb) was found in the submission")
+    if len(found) == 1:
+        raise SubmissionError(f"{found[0].name} is not a notebook of {assignment.id} "
+                              f"(expected one of: {', '.join(by_filename)})")
+    raise SubmissionError(f"{len(found)} notebooks were submitted ({', '.join(p.name for p in found[:5])}); "
+                          f"submit only {', '.join(sorted(by_filename))}")

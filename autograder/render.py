@@ -9,6 +9,7 @@
 Every one of them shows the same numbers (a result's final_score) and the same Sections.
 """
 
+import csv
 import html
 import json
 import sys
@@ -222,6 +223,16 @@ def csv_row(result):
 def write_grades_csv(results, path):
     """grades.csv: one row per graded submission."""
     write_csv(path, CSV_FIELDS, [csv_row(result) for result in results])
+
+
+def read_grades_csv(path):
+    """grades.csv's rows as write_grades_csv wrote them (a dict per row, text values, keyed by
+    CSV_FIELDS): OSError where it cannot be read, ValueError where it is not a grades.csv."""
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if rows and set(CSV_FIELDS) - set(rows[0]):
+        raise ValueError(f"{path} lacks the columns {', '.join(sorted(set(CSV_FIELDS) - set(rows[0])))}")
+    return rows
 
 
 def class_plan(chosen, jobs):

@@ -6,7 +6,6 @@ and report.md (the same, with the tests that nobody or everybody passed).  Submi
 not be graded (missing, corrupt) are left out of the pass rates: they say nothing about a test.
 """
 
-import csv
 import json
 import statistics
 from collections import defaultdict
@@ -14,14 +13,18 @@ from pathlib import Path
 
 from autograder.course import CourseError
 from autograder.files import write_atomic, write_csv
+from autograder.layout import Layout
+from autograder.render import read_grades_csv
 
 
 def grade_rows(out):
-    grades = Path(out) / "grades.csv"
+    grades = Layout(out).grades_csv
     if not grades.is_file():
         raise CourseError(f"no {grades}: run `make grade` first")
-    with open(grades) as handle:
-        return list(csv.DictReader(handle))
+    try:
+        return read_grades_csv(grades)
+    except (OSError, ValueError) as error:
+        raise CourseError(f"{grades} cannot be read ({error}): run `make grade` again") from None
 
 
 def graded_results(out, rows):
@@ -30,7 +33,7 @@ def graded_results(out, rows):
     for row in rows:
         if row["status"] != "graded":
             continue
-        path = Path(out) / "results" / row["student"] / row["assignment"] / "results.json"
+        path = Layout(out).results_json(row["student"], row["assignment"])
         try:
             by_assignment[row["assignment"]].append((row["student"], json.loads(path.read_text())))
         except (OSError, json.JSONDecodeError):

@@ -369,16 +369,16 @@ def test_gradescope_perfect_submission_whatever_its_name(autograder_tree, tmp_pa
 def test_gradescope_corrupt_and_missing_and_several_notebooks(autograder_tree, tmp_path):
     corrupt = run_autograder(autograder_tree, {"scaled_attention.ipynb": b'{"cells": ['})
     assert corrupt["score"] == 0 and "not a readable notebook" in corrupt["output"]
-    from autograder.cli import choose_notebooks
+    from autograder.intake import choose_notebooks, find_notebooks
     (tmp_path / "missing").mkdir()
     (tmp_path / "missing" / "notes.txt").write_text("hello")
     with pytest.raises(SubmissionError, match="no notebook"):
-        choose_notebooks(COURSE.assignment("scaled_attention"), tmp_path / "missing")
+        choose_notebooks(COURSE.assignment("scaled_attention"), find_notebooks(tmp_path / "missing"))
     (tmp_path / "several" / "sub").mkdir(parents=True)
     for name in ("several/a.ipynb", "several/sub/b.ipynb"):
         (tmp_path / name).write_text("{}")
     with pytest.raises(SubmissionError, match="2 notebooks were submitted"):
-        choose_notebooks(COURSE.assignment("scaled_attention"), tmp_path / "several")
+        choose_notebooks(COURSE.assignment("scaled_attention"), find_notebooks(tmp_path / "several"))
 
 
 def test_gradescope_refuses_links_out_of_the_upload_and_huge_uploads(autograder_tree, tmp_path):
@@ -387,9 +387,9 @@ def test_gradescope_refuses_links_out_of_the_upload_and_huge_uploads(autograder_
     assert linked["score"] == 0 and "is a link to a place outside the submission" in linked["output"]
     for index in range(2100):
         (tmp_path / f"junk{index}.txt").touch()
-    from autograder.cli import choose_notebooks
+    from autograder.intake import choose_notebooks, find_notebooks
     with pytest.raises(SubmissionError, match="more than 2000 files"):
-        choose_notebooks(COURSE.assignment("scaled_attention"), tmp_path)
+        choose_notebooks(COURSE.assignment("scaled_attention"), find_notebooks(tmp_path))
 
 
 def test_gradescope_always_writes_a_result_even_when_the_grader_is_stopped(autograder_tree, tmp_path):

@@ -104,3 +104,12 @@ def test_the_catalogues_counts_in_the_docs_are_the_catalogues():
     text = PAGE.read_text()
     assert START in text and written(text) == text, \
         "docs/grading.md's counts of the catalogue are stale: run python -m tests.catalogue"
+
+
+def test_the_command_lines_docstring_names_every_command():
+    import re
+
+    from autograder import cli
+    commands = next(action for action in cli.parser()._subparsers._group_actions).choices
+    named = set(re.findall(r"[a-z][a-z0-9-]+", cli.__doc__))
+    assert len(commands) >= 18 and sorted(set(commands) - named) == []
