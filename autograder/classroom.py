@@ -10,6 +10,7 @@ same command grades only what is missing.
 """
 
 import difflib
+import enum
 import fnmatch
 import hashlib
 import logging
@@ -26,10 +27,18 @@ from autograder.intake import SubmissionError, printable, read_file, submission_
 from autograder.layout import Layout
 from autograder.files import write_csv
 from autograder.render import read_grades_csv, write_grades_csv
-from autograder.results import SubmissionResult, grader_failed, not_graded
+from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 
 log = logging.getLogger("autograder")
+
+
+class Event(enum.Enum):
+    """What a grading process tells the process that runs the class."""
+    STARTED = "started"   # it took this task
+    GRADED = "graded"     # ... and saved its result
+    FAILED = "failed"     # it stopped on an error of the grader's (the class run stops)
+    EXITED = "exited"     # the queue said stop: it has nothing more to do
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,16 @@ class Task:
     folder: str
     fingerprint: str = ""
     problem: str = ""      # why the folder is not graded at all (a link, an odd name), or ""
+    missing: bool = False  # the student handed in nothing for this assignment (others of the class did)
 
     @property
     def key(self):
         return f"{self.student}/{self.assignment}"
+
+    @property
+    def handed_in(self):
+        """Whether there is a submission folder to grade (not an assignment the student never handed in)."""
+        return not self.missing and Path(self.folder).is_dir()
 
 
 @dataclass(frozen=True)
@@ -53,11 +68,11 @@ class Stray:
 
 
 def find_submissions(course, submitted, assignment_ids=None):
-    """([(student, assignment, folder, problem)], [Stray]) for the class under `submitted`, sorted.
+    """([(student, assignment, folder, problem, missing)], [Stray]) for the class under `submitted`, sorted.
 
     `problem` is "" for a folder to grade, or why it cannot be graded (a link, an odd name): such a
     submission gets a row with score 0 and the reason.  A student who handed in some assignments
-    gets a row for each other one that the class handed in, saying it was not submitted."""
+    gets a row for each other one that the class handed in, saying it was not submitted (`missing`)."""
     known = {assignment.id for assignment in course.assignments}
     found, strays, misnamed = [], [], {}
     try:
@@ -74,18 +89,18 @@ def find_submissions(course, submitted, assignment_ids=None):
             strays.append(Stray(where, reason))
             misnamed.setdefault(student, []).append(f"{where} ({reason})")
         elif not assignment_ids or name in assignment_ids:
-            found.append((student, course.assignment(name), folder, problem))
+            found.append((student, course.assignment(name), folder, problem, False))
     students = sorted({entry[0] for entry in found} | set(misnamed))
-    assignments = {assignment.id: assignment for _, assignment, _, _ in found}
+    assignments = {entry[1].id: entry[1] for entry in found}
     if not assignments and misnamed:
         assignments = {a.id: a for a in course.assignments if not assignment_ids or a.id in assignment_ids}
-    present = {(student, assignment.id) for student, assignment, _, _ in found}
+    present = {(entry[0], entry[1].id) for entry in found}
     for student in students:
         for assignment_id, assignment in assignments.items():
             if (student, assignment_id) not in present:
                 note = "; ".join(misnamed.get(student, []))
                 found.append((student, assignment, Path(submitted) / student / assignment_id,
-                              f"not submitted; found {note} instead" if note else ""))
+                              f"{NOT_SUBMITTED}; found {note} instead" if note else "", True))
     return sorted(found, key=lambda entry: (entry[0], entry[1].id)), strays
 
 
@@ -142,13 +157,13 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
     parts = {}
     tasks = []
     found, strays = find_submissions(course, submitted, assignments)
-    for student, assignment, folder, problem in found:
+    for student, assignment, folder, problem, missing in found:
         if students and not any(fnmatch.fnmatchcase(student, pattern) for pattern in students):
             continue
         if assignment.id not in parts:
             parts[assignment.id] = course_fingerprint(course, assignment)
         task = Task(student, assignment.id, str(folder),
-                    fingerprint(parts[assignment.id], assignment, folder, problem), problem)
+                    fingerprint(parts[assignment.id], assignment, folder, problem), problem, missing)
         if in_shard(task, shard):
             tasks.append(task)
     pending = []
@@ -168,7 +183,7 @@ def _grade_tasks(course, layout, tasks, report, assignments, started):
 
     def body(grader):
         for task in tasks:
-            report("start", task)
+            report(Event.STARTED, task)
             assignment = course.assignment(task.assignment)
             if task.problem:
                 result = SubmissionResult(task.student, task.assignment,
@@ -178,7 +193,7 @@ def _grade_tasks(course, layout, tasks, report, assignments, started):
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
             log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
                      result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
-            report("done", task)
+            report(Event.GRADED, task)
     open_grader(course, body, assignments, started)
 
 
@@ -191,23 +206,23 @@ def start_log(path):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _work(course, out, tasks, events, assignments, sandboxes, index):
+def _grading_process(course, out, tasks, events, assignments, sandboxes, index):
     """The body of one grading process (forked: it has the course the class is graded by, loaded
     once, whatever file it came from, and sandboxes[index], started for it): pull tasks until the
     queue says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     for other, sandbox in enumerate(sandboxes):
         if other != index:
-            sandbox.release()  # another grading process's: its worker sees its socket close with that process
+            sandbox.release()  # another grading process's: its sandbox's worker sees its socket close with that process
     layout = Layout(out, course.visibility())
     start_log(layout.log)
     try:
         _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)),
                      assignments, sandboxes[index])
     except BaseException as error:  # noqa: B902 - reported to the main process, which decides
-        events.put(("failed", f"{type(error).__name__}: {error}"))
+        events.put((Event.FAILED, f"{type(error).__name__}: {error}"))
         raise SystemExit(1) from None
-    events.put(("exit", None))
+    events.put((Event.EXITED, None))
 
 
 def prime(course, assignments):
@@ -230,39 +245,40 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
         tasks.put(task)
-    workers = [context.Process(target=_work, args=(course, str(layout.out), tasks, events, assignments, sandboxes, index),
-                               daemon=True) for index in range(len(sandboxes))]
-    for worker, sandbox in zip(workers, sandboxes):
+    graders = [context.Process(target=_grading_process, daemon=True,
+                               args=(course, str(layout.out), tasks, events, assignments, sandboxes, index))
+               for index in range(len(sandboxes))]
+    for grader, sandbox in zip(graders, sandboxes):
         tasks.put(None)
-        worker.start()
-        sandbox.release()  # the grading process holds it now: its death closes the worker's socket
+        grader.start()
+        sandbox.release()  # the grading process holds it now: its death closes its sandbox's socket
     meanwhile()  # while the grading processes start
-    running = {}   # worker index -> task, unknown: tasks in flight are matched by key
+    running = {}   # task key -> task: the tasks in flight
     remaining = {task.key for task in pending}
     exited = 0
     try:
-        while remaining and exited < len(workers):
+        while remaining and exited < len(graders):
             try:
                 event, payload = events.get(timeout=5)
-            except Exception:  # queue.Empty: check that the workers still live
-                if not any(worker.is_alive() for worker in workers):
+            except Exception:  # queue.Empty: check that the grading processes still live
+                if not any(grader.is_alive() for grader in graders):
                     break
                 continue
-            if event == "start":
+            if event is Event.STARTED:
                 running[payload.key] = payload
-            elif event == "done":
+            elif event is Event.GRADED:
                 running.pop(payload.key, None)
                 remaining.discard(payload.key)
                 on_done(payload)
-            elif event == "failed":
+            elif event is Event.FAILED:
                 raise CourseError(f"a grading process failed: {payload}")
-            elif event == "exit":
+            elif event is Event.EXITED:
                 exited += 1
     finally:
-        for worker in workers:
-            if worker.is_alive():
-                worker.terminate()
-            worker.join(timeout=10)
+        for grader in graders:
+            if grader.is_alive():
+                grader.terminate()
+            grader.join(timeout=10)
     # A grading process that died mid-submission leaves that submission ungraded, with a reason.
     for task in running.values():
         if task.key in remaining:
@@ -296,7 +312,7 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
         sandboxes += [Started.take(course.limits.sandboxed, warm) for _ in range(jobs)]
         if jobs == 1:
             meanwhile()
-            _grade_tasks(course, layout, pending, lambda event, task: event == "done" and on_done(task),
+            _grade_tasks(course, layout, pending, lambda event, task: event is Event.GRADED and on_done(task),
                          assignments, sandboxes[0])
         else:
             _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile)
@@ -321,11 +337,11 @@ class ClassRun:
 
     @property
     def to_grade(self):
-        return [task for task in self.pending if handed_in(task)]
+        return [task for task in self.pending if task.handed_in]
 
     @property
     def unchanged(self):
-        return sum(1 for task in self.tasks if handed_in(task)) - len(self.to_grade)
+        return sum(1 for task in self.tasks if task.handed_in) - len(self.to_grade)
 
     @property
     def graded(self):
@@ -496,11 +512,6 @@ def merge(course, folders, out, db_url, autograded):
     finally:
         recorder.close()
     return publish(course, layout, db_url)
-
-
-def handed_in(task):
-    """Whether the task has a submission folder to grade (not an assignment the student never handed in)."""
-    return not task.problem.startswith("not submitted") and Path(task.folder).is_dir()
 
 
 def previous_scores(layout):

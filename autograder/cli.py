@@ -159,7 +159,7 @@ def _grade_class(args, course):
     jobs = args.jobs or classroom.default_jobs()
     print(render.class_plan(chosen, classroom.effective_jobs(jobs, chosen.pending)), flush=True)
     autograded = Path(args.autograded or Path(args.submitted).parent / "autograded")
-    update = render.progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
+    update = render.Progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     classroom.grade_class(course, chosen, args.db, autograded, jobs, update)
     print(render.class_report(chosen, args.submitted, args.db, table=args.table))
     if chosen.interrupted:

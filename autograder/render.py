@@ -4,7 +4,7 @@
                        cell_text (an exercise's check_<exercise> cell in nbgrader's notebooks)
   for Gradescope       gradescope (results.json)
   for the instructor   csv_row (grades.csv), and on the console a class run's class_plan,
-                       progress and class_report (summary_table, changes, not_submitted_line)
+                       Progress and class_report (summary_table, changes, not_submitted_line)
 
 Every one of them shows the same numbers (a result's final_score) and the same Sections.
 """
@@ -311,23 +311,26 @@ def changes(before, results):
     return lines
 
 
-def progress(total, stream=None):
-    """A callback for each graded submission: a tqdm bar on a terminal, one line each otherwise (none
-    for an assignment that was not handed in)."""
-    stream = stream or sys.stderr
-    if stream.isatty():
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="submission", file=stream, dynamic_ncols=True)
+class Progress:
+    """What the console shows as a class is graded: progress(task, result) after each graded
+    submission, a tqdm bar on a terminal, one line each otherwise (none for an assignment that was not
+    handed in); close() at the end."""
 
-        def update(task, result):
-            bar.set_postfix_str(task.key, refresh=False)
-            bar.update(1)
-        update.close = bar.close
-        return update
+    def __init__(self, total, stream=None):
+        self.stream = stream or sys.stderr
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="submission", file=self.stream, dynamic_ncols=True)
 
-    def line(task, result):
-        if not result.missing:  # what was not handed in is summed up once, at the end
+    def __call__(self, task, result):
+        if self.bar is not None:
+            self.bar.set_postfix_str(task.key, refresh=False)
+            self.bar.update(1)
+        elif not result.missing:  # what was not handed in is summed up once, at the end
             print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
-                  + (f"  ({result.reason})" if result.reason else ""), flush=True)
-    line.close = lambda: None
-    return line
+                  + (f"  ({result.reason})" if result.reason else ""), file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()

@@ -1,4 +1,4 @@
-"""The kernel's own accounting of each child: one memory cgroup and one pids cgroup per child
+"""The OS's own accounting of each child: one memory cgroup and one pids cgroup per child
 (this file runs on the trusted side, in the grader, which must be root to use it).
 
 The grader puts every child it forks into a cgroup of its own before the submission's first line
@@ -6,8 +6,8 @@ runs, nested under the grader's own cgroup:
 
   memory   memory.limit_in_bytes (v1) / memory.max (v2) is the child's hard limit: its heap, its
            files in the sandbox's tmpfs (/tmp, /dev/shm) and whatever it maps all count; past the
-           limit the kernel stops the child, never the grader or another student.
-           memory.max_usage_in_bytes (v1) / memory.peak (v2) is the kernel's peak of all that,
+           limit the OS stops the child, never the grader or another student.
+           memory.max_usage_in_bytes (v1) / memory.peak (v2) is the OS's peak of all that,
            which the child cannot reach (memory.py reads it around a measured call).
   pids     pids.max caps the child's threads; during a counted call it is set to 1, so the work
            of the call cannot move to a thread the counter does not see (worker.py's counter).
@@ -77,11 +77,11 @@ class ChildGroup:
             _write(folder / "cgroup.procs", pid)
 
     def usage(self):
-        """The bytes the child holds now, in the kernel's accounting."""
+        """The bytes the child holds now, in the OS's accounting."""
         return _read_int(self._file("memory_usage"))
 
     def reset_peak(self):
-        """Start the kernel's peak again from the current usage; False where this kernel cannot."""
+        """Start the OS's peak again from the current usage; False where this OS cannot."""
         try:
             _write(self._file("memory_peak"), 0)
             return True
@@ -113,7 +113,7 @@ class ChildGroup:
 
     @staticmethod
     def _kill_members(folder):
-        if (folder / "cgroup.kill").exists():   # v2: the kernel kills every member at once
+        if (folder / "cgroup.kill").exists():   # v2: the OS kills every member at once
             with contextlib.suppress(OSError):
                 _write(folder / "cgroup.kill", 1)
             return

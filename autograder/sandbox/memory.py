@@ -1,8 +1,8 @@
 """The memory a student's call uses, measured from outside the student's process.
 
-Where the grader has a cgroup for the child (sandbox/cgroup.py), the kernel's own accounting is
+Where the grader has a cgroup for the child (sandbox/cgroup.py), the OS's own accounting is
 the measure (`ChargedMemory`): the child joined its cgroup before the submission's first line ran,
-so the charge of a call is the kernel's peak while the call runs above what the child held at
+so the charge of a call is the OS's peak while the call runs above what the child held at
 that moment, that is everything the child holds at its worst moment of the call: a workspace its
 cells made before the call, memory given back before the call returns, files in the sandbox's
 tmpfs and shared memory all count.
@@ -10,7 +10,7 @@ tmpfs and shared memory all count.
 Without a cgroup (the fallback, said once at start-up), the growth of the resident size is read:
 
 A record kept inside the student's process could be switched off by that process (the from-scratch
-guard shows how much care that takes), so the grader reads what the kernel reports about the child
+guard shows how much care that takes), so the grader reads what the OS reports about the child
 through the host's /proc, where the student's code cannot reach:
 
   - before the call, the child's peak resident size is reset to its current size (writing 5 to
@@ -18,7 +18,7 @@ through the host's /proc, where the student's code cannot reach:
     sandbox/inside/confine.py, so it cannot reset its own peak in the middle of the call);
   - while the call runs, a thread samples the resident size every millisecond (which also covers a
     grader that may not reset the peak, one not running as root);
-  - after the reply, the peak is the larger of the kernel's peak (VmHWM) and the largest sample.
+  - after the reply, the peak is the larger of the OS's peak (VmHWM) and the largest sample.
 
 What is measured is the growth of the resident memory over the call: what the call allocated and
 touched at its worst moment, above what the process already held.
@@ -78,13 +78,13 @@ def resident_bytes(pid):
 class Peak:
     """What one call was charged, in bytes."""
     bytes: int
-    kernel_peak: bool    # the kernel's own peak was read (a cgroup's, or VmHWM), not only samples
+    os_peak: bool        # the OS's own peak was read (a cgroup's, or VmHWM), not only samples
     held_before: int = 0  # of which the child already held when the call started (cgroup only)
     accounting: str = "resident size"  # "cgroup": everything the child holds, from its start
 
 
 class ChargedMemory:
-    """with ChargedMemory(group, start) as measure: ...call...; then measure.peak: the kernel's peak
+    """with ChargedMemory(group, start) as measure: ...call...; then measure.peak: the OS's peak
     of the child's cgroup during the call, above `start` (its usage when it joined the cgroup, before
     any of the submission's code ran)."""
 

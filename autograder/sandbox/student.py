@@ -80,7 +80,7 @@ class Worker:
         self.warm = warm               # its children use torch's compiler stack (jail.Started)
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.ready = False
-        self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the kernel lets us
+        self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the OS lets us
         self.accounting_problem = None  # else why not, in one line
 
     def open_accounting(self):

@@ -4,7 +4,7 @@ Two stages of seccomp filters, each a deny-list of system calls that attention c
 seccomp filters only ever add restrictions, and bubblewrap has already set no_new_privs.
 
   sandbox_filter()  loaded by the warm worker before it imports torch, so it binds the worker and
-                    every process forked from it: no mounts, namespaces, ptrace, kernel keys, BPF,
+                    every process forked from it: no mounts, namespaces, ptrace, the OS's keyrings, BPF,
                     module loading, network sockets, ...
   submission_filter(pid)  loaded in each forked child just before the submission's code runs: no
                     new processes (threads only), no exec, no signals to any other process, no
@@ -53,7 +53,7 @@ def _deny(rules, syscall, *args):
     try:
         rules.add_rule(seccomp.ERRNO(errno.EPERM), syscall, *args)
     except (OSError, RuntimeError, ValueError):
-        pass  # a system call this kernel or architecture does not have
+        pass  # a system call this OS or architecture does not have
 
 
 def sandbox_filter():

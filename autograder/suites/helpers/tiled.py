@@ -22,7 +22,7 @@ def logsumexp(q, k, mask=None):
 # The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands far out in a call's memory.
 MEMORY_N, MEMORY_D, MEMORY_BLOCK = 4096, 32, 256
 # What a fresh child holds to run a notebook's cells and take one call, beside the call's own tensors,
-# in the kernel's accounting (measured on the course's own answer: 3.5 to 6 MiB; see docs of make bench).
+# in the OS's accounting (measured on the course's own answer: 3.5 to 6 MiB; see docs of make bench).
 RUNTIME_BYTES = 8 << 20
 HELD_AHEAD = ("The notebook's cells already held {held} before the call started: memory made ahead of the "
               "call (a workspace, a cache of scores) counts as the call's. Keep no large tensors at the top "
@@ -88,7 +88,7 @@ def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {ME
     """A call of `function` on the memory inputs (made with measure_memory=True, with `blocks`
     (as the feedback words them: MEMORY_BLOCK, or the statement's defaults), in a fresh child) was charged at most RUNTIME_BYTES, a quarter of one [N, N]
     float32 `matrix`, and three times `tensors`, the call's inputs and outputs (its window also holds
-    the request as it arrives and the reply as it leaves).  With the kernel's accounting the charge
+    the request as it arrives and the reply as it leaves).  With the OS's accounting the charge
     is everything the child held at the call's worst moment since before the notebook's first line
     ran; `whole` is the hint when the call itself reached the size of that matrix."""
     peak = reply.get("peak_memory")
