@@ -30,7 +30,7 @@ SUITE = '''"""Hidden tests for {function}(x) -> TODO: the statement's signature.
 import torch
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import B, D_K, SQ, named, randn
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {{
@@ -45,12 +45,12 @@ def {function}(student, x):
 
 def inputs(seed):
     """The input x of a test: TODO: the statement's shapes and dtypes."""
-    return A.randn(A.B, A.SQ, A.D_K, seed=seed){convert}
+    return randn(B, SQ, D_K, seed=seed){convert}
 
 
 def named_mistakes(x):
     """What each named mistake gives for x: cause text -> value (TODO: recompute each one)."""
-    return A.named(CAUSES, doubled=2 * x)
+    return named(CAUSES, doubled=2 * x)
 
 
 def test_gate(student, reference):

@@ -163,7 +163,7 @@ def nbgrader_autograde(course, assignment, log):
                   "--log-level=ERROR", "--ExecutePreprocessor.timeout=60"], course, log, failures_allowed=True)
 
 
-def load():
+def load_average():
     """The machine's load average over the last minute, as a round starts."""
     return round(os.getloadavg()[0], 2)
 
@@ -171,7 +171,7 @@ def load():
 def round_ours(work, index, assignments, jobs, log):
     """One round of this grader: every assignment on its own, handed to the grading service and then
     graded on its own (each run starting torch and its sandboxes), then the whole class in one run."""
-    figures = {"load": load(), "assignments": {}, "cold": {}}
+    figures = {"load_average": load_average(), "assignments": {}, "cold": {}}
     for assignment in assignments:
         seconds, _ = ours(work, work / f"ours-{index}-{assignment}", jobs, log, assignment, served=True)
         figures["assignments"][assignment] = round(seconds, 2)
@@ -185,7 +185,7 @@ def round_ours(work, index, assignments, jobs, log):
 
 
 def round_nbgrader(course, assignments, log):
-    figures = {"load": load(), "assignments": {}, "peak": 0}
+    figures = {"load_average": load_average(), "assignments": {}, "peak": 0}
     for assignment in assignments:
         seconds, peak = nbgrader_autograde(course, assignment, log)
         figures["assignments"][assignment] = round(seconds, 2)
@@ -252,16 +252,16 @@ def memory_spread(runs):
     """The charged memory of honest answers' measured calls, `runs` times each, with a core kept busy."""
     from autograder.harness.context import Student
     from autograder.sandbox.student import Cell, StudentProcess, Worker
-    from autograder.suites import helpers as A
+    from autograder.suites.helpers import tiled
     from tests.catalogue import VARIANTS
 
     answers = solution_answers("flash_attention")
     einsum = next(v.code for v in VARIANTS if v.exercise == "tiled_attention" and "einsum" in v.code)
     honest = {"reference": answers["tiled_attention"], "einsum variant": einsum}
-    q, k, v, out, lse = A.memory_reference(12)
-    cq, ck, cv, c_out, c_lse = A.memory_reference(12, causal=True)
-    bq, bk, bv, d_out, b_out, b_lse, *_ = A.memory_gradients(20)
-    matrix = A.MEMORY_N * A.MEMORY_N * 4
+    q, k, v, out, lse = tiled.memory_reference(12)
+    cq, ck, cv, c_out, c_lse = tiled.memory_reference(12, causal=True)
+    bq, bk, bv, d_out, b_out, b_lse, *_ = tiled.memory_gradients(20)
+    matrix = tiled.MEMORY_N * tiled.MEMORY_N * 4
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     rows = []
     try:
@@ -273,13 +273,13 @@ def memory_spread(runs):
                 with StudentProcess(worker, cells, COURSE.limits) as process:
                     student = Student(process)
                     for function, args, tensors in (
-                            ("flash_attention", (q, k, v, False, A.MEMORY_BLOCK, A.MEMORY_BLOCK), (q, k, v, out, lse)),
+                            ("flash_attention", (q, k, v, False, tiled.MEMORY_BLOCK, tiled.MEMORY_BLOCK), (q, k, v, out, lse)),
                             ("flash_attention", (cq, ck, cv, True), (cq, ck, cv, c_out, c_lse)),   # default blocks
-                            ("flash_attention_backward", (bq, bk, bv, b_out, b_lse, d_out, False, A.MEMORY_BLOCK,
-                                                          A.MEMORY_BLOCK), (bq, bk, bv, d_out, b_out, b_lse, bq, bk, bv))):
+                            ("flash_attention_backward", (bq, bk, bv, b_out, b_lse, d_out, False, tiled.MEMORY_BLOCK,
+                                                          tiled.MEMORY_BLOCK), (bq, bk, bv, d_out, b_out, b_lse, bq, bk, bv))):
                         if function == "flash_attention_backward" and name != "reference":
                             continue
-                        allowed = A.RUNTIME_BYTES + matrix // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
+                        allowed = tiled.RUNTIME_BYTES + matrix // 4 + 3 * sum(t.numel() * t.element_size() for t in tensors)
                         peaks = [student.call(function, *args, measure_memory=True)["peak_memory"].bytes / 2**20
                                  for _ in range(runs)]
                         rows.append({"answer": name, "function": function + ("(causal)" if args[3] is True else ""),
@@ -389,12 +389,12 @@ def main(argv=None):
     server = start_service(args.jobs, log)
     for index in range(1, args.rounds + 1):
         rounds_ours.append(round_ours(work, index, assignments, args.jobs, log))
-        print(f"round {index} A  make grade  (load {rounds_ours[-1]['load']:.2f}): each assignment "
+        print(f"round {index} A  make grade  (load average {rounds_ours[-1]['load_average']:.2f}): each assignment "
               f"{sum(rounds_ours[-1]['assignments'].values()):6.1f} s served, "
               f"{sum(rounds_ours[-1]['cold'].values()):6.1f} s on its own; the class in one run "
               f"{rounds_ours[-1]['class']:6.1f} s", flush=True)
         rounds_theirs.append(round_nbgrader(course, assignments, log))
-        print(f"round {index} B  nbgrader    (load {rounds_theirs[-1]['load']:.2f}): each assignment "
+        print(f"round {index} B  nbgrader    (load average {rounds_theirs[-1]['load_average']:.2f}): each assignment "
               f"{rounds_theirs[-1]['class']:6.1f} s", flush=True)
     if server is not None:
         server.terminate()

@@ -299,7 +299,7 @@ for name in ("softmax_kernel", "flash_attention_kernel"):
 sys.path.insert(0, "autograder/sandbox/inside")
 import handlers
 handlers.REPLIES = os.pipe()[1]
-reply = handlers.load({{"cells": [{{"label": "kernel", "source": {JIT_CELL!r}}}], "cell_timeout": 0}})
+reply = handlers.run_cells({{"cells": [{{"label": "kernel", "source": {JIT_CELL!r}}}], "cell_timeout": 0}})
 assert reply == {{"cells": [{{"status": "ok"}}]}}, reply
 kernel = handlers.NAMESPACE["scale_kernel"]
 assert type(kernel) is JITFunction and "tl.program_id(0) * BLOCK" in kernel.src
@@ -319,7 +319,7 @@ torch.cuda._lazy_init = torch.cuda.init = torch._C._cuda_getDeviceCount = initia
 sys.path.insert(0, "autograder/sandbox/inside")
 import guard, kernels
 assert guard.DISPATCH_KEYS[-2:] == ("CUDA", "AutogradCUDA"), guard.DISPATCH_KEYS
-kernels.load()
+kernels.prepare()
 print("untouched")
 ''', AUTOGRADER_KERNEL_DEVICE="cuda")
     assert "untouched" in out

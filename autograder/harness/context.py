@@ -48,7 +48,7 @@ class Student:
             message["device"] = self.device
         return self._request(name, message, replies.call, measure_memory)
 
-    def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), load=None, dtype=None,
+    def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), parameters=None, dtype=None,
                train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False):
         """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
         the given attributes and linear layers: see sandbox/inside/worker.py), then run `steps` on it.  The
@@ -56,7 +56,7 @@ class Student:
         steps (its cache), and with held=True its "held" lists those tensors themselves; the work of
         the steps with "count": True is counted in the reply's "work", as Student.call(count=True) does."""
         message = {"op": "module", "cls": cls, "stand_in": stand_in, "init_args": list(init_args),
-                   "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "load": load,
+                   "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "parameters": parameters,
                    "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
                    "attributes": list(attributes), "seed": seed, "held": held}
         # A hang inside a notebook function that was handed the module is charged to that function.

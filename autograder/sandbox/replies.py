@@ -78,8 +78,8 @@ def cell_event(message, cells):
     return index
 
 
-def load(value, cells):
-    results = _dict(value, "the load reply", ["cells"])["cells"]
+def run_cells(value, cells):
+    results = _dict(value, "the cells' reply", ["cells"])["cells"]
     _require(type(results) is list and len(results) == cells, "one result per cell")
     checked = []
     for result in results:

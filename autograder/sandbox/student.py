@@ -277,7 +277,7 @@ class StudentProcess:
                      for i, cell in enumerate(self.cells)]
             current = None
             try:
-                self._send({"op": "load", "cells": cells, "cell_timeout": self.limits.cell_timeout})
+                self._send({"op": "run_cells", "cells": cells, "cell_timeout": self.limits.cell_timeout})
                 deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                 while True:
                     message = protocol.decode(protocol.read_message(self.replies, deadline))
@@ -286,7 +286,7 @@ class StudentProcess:
                         current = event
                         deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                         continue
-                    reply = replies.load(self._unwrap(message), len(cells))
+                    reply = replies.run_cells(self._unwrap(message), len(cells))
                     break
             except (protocol.Timeout, EOFError, OSError, protocol.ProtocolError) as problem:
                 self.kill()
@@ -375,7 +375,7 @@ class StudentProcess:
         """Send one request; `key` names what it exercises, so a hang is charged to it alone;
         `check` validates the reply's value (see replies.py).
 
-        With measure_memory the request runs in a fresh child that loads the notebook again and
+        With measure_memory the request runs in a fresh child that runs the notebook's cells again and
         then makes only this call, and the value also carries "peak_memory" (a memory.Peak, or None
         when it could not be read): with a cgroup, everything that child holds at the call's worst
         moment, from before the submission's first line ran (memory.py).  A counted request (a call

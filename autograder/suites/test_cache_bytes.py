@@ -7,7 +7,7 @@ bytes costs its own test only."""
 import torch
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import expect_value_error
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
@@ -59,7 +59,7 @@ def test_grows_with_the_heads(student):
 def test_returns_whole_numbers_and_rejects_unknown_kinds(student):
     for kind in ("mha", "gqa", "mqa", "mla"):
         per_token(student, kind, strict=True, **sizes_of(kind))
-    A.expect_value_error(lambda: student.call("kv_cache_bytes_per_token", "flash", 1, 8, 64, torch.float16),
+    expect_value_error(lambda: student.call("kv_cache_bytes_per_token", "flash", 1, 8, 64, torch.float16),
                          "kv_cache_bytes_per_token('flash', ...)", CAUSES["kind"])
 
 

@@ -4,7 +4,8 @@ import torch
 
 from autograder.harness import checks
 from autograder.pictures import Picture
-from autograder.suites import helpers as A
+from autograder.suites.helpers import common
+from autograder.suites.helpers.common import B, D_K, SK, randn, tril
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -33,7 +34,7 @@ def causal_mask(student, seq_len, *args, square=True, **kwargs):
 def named_mistakes(seq_len):
     """What each named mistake gives: cause text -> mask."""
     ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
-    return A.named(CAUSES, upper_triangle=ones.triu(), no_diagonal=ones.tril(diagonal=-1),
+    return common.named(CAUSES, upper_triangle=ones.triu(), no_diagonal=ones.tril(diagonal=-1),
                    blocked_convention=ones.triu(diagonal=1))
 
 
@@ -65,11 +66,11 @@ def test_allows_keys_up_to_the_query(student):
         allowed = mask != 0
         named = [name for name, wrong in named_mistakes(seq_len).items()
                  if seq_len > 1 and torch.equal(allowed, wrong)]
-        checks.require(torch.equal(allowed, A.tril(seq_len)),
+        checks.require(torch.equal(allowed, tril(seq_len)),
                        f"causal_mask({seq_len}) allows the wrong positions.",
                        f"It matches {named[0]}." if named else
                        "mask[i, j] should be True exactly when j <= i.",
-                       Picture.of(f"causal_mask({seq_len}) (1 = may attend)", allowed.double(), A.tril(seq_len),
+                       Picture.of(f"causal_mask({seq_len}) (1 = may attend)", allowed.double(), tril(seq_len),
                                   yours="your mask"))
 
 
@@ -92,13 +93,13 @@ def test_accepts_device_argument(student):
 
 def test_makes_attention_causal(student, reference):
     attention = reference["scaled_dot_product_attention"]
-    mask = causal_mask(student, A.SK) != 0
-    x = A.randn(A.B, A.SK, A.D_K, seed=3)
+    mask = causal_mask(student, SK) != 0
+    x = randn(B, SK, D_K, seed=3)
     changed = x.clone()
-    changed[:, -1] = A.randn(A.B, A.D_K, seed=4)
+    changed[:, -1] = randn(B, D_K, seed=4)
     before, weights = attention(x, x, x, mask=mask)
     after, _ = attention(changed, changed, changed, mask=mask)
     checks.require(torch.equal(before[:, :-1], after[:, :-1]),
                    "With your mask, changing the last token changes the outputs at earlier positions.",
                    "Earlier queries must not see later keys.",
-                   Picture.of("attention weights with your mask", weights[0], A.tril(A.SK)))
+                   Picture.of("attention weights with your mask", weights[0], tril(SK)))

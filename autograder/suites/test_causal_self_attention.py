@@ -3,12 +3,15 @@
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_K, D_MODEL, H, MHA_CAUSES, SK, SQ, causal_mha,
+                                              changed_tokens, check_causal, check_gradients, crash_hint,
+                                              expect_value_error, has_bias, influence, mha_mistakes,
+                                              mha_parameters, pick, randn, run_module, tril)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
-    **A.MHA_CAUSES,
+    **MHA_CAUSES,
     "not_sliced": "the [context_length, context_length] mask buffer is not sliced to [:T, :T].",
     "fixed_buffer": "whatever the context_length: size it by context_length.",
     "dropout_module": "Use an nn.Dropout module on the weights: it is active in train() mode and off in eval() mode.",
@@ -24,13 +27,13 @@ CAUSES = {
 }
 
 
-def causal_self_attention(student, inputs, *, params, num_heads=A.H, context=A.SK + 2, dropout=0.0,
+def causal_self_attention(student, inputs, *, params, num_heads=H, context=SK + 2, dropout=0.0,
                           train=False, grad_outputs=None):
     """Run the student's CausalSelfAttention on each input; returns ([(output, weights)], reply)."""
     d_model = inputs[0].shape[-1]
-    bias = A.has_bias(params)
-    with A.crash_hint(lambda: mask_buffer_cause(student, d_model, num_heads, context)):
-        reply = A.run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
+    bias = has_bias(params)
+    with crash_hint(lambda: mask_buffer_cause(student, d_model, num_heads, context)):
+        reply = run_module(student, "CausalSelfAttention", (d_model, num_heads, context),
                            {"dropout": dropout, "bias": bias}, params=params, train=train,
                            dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
                            grad_outputs=grad_outputs)
@@ -53,45 +56,45 @@ def mask_buffer_cause(student, d_model, num_heads, context):
     return ""
 
 
-CONTEXT = A.SK + 2
+CONTEXT = SK + 2
 
 
-def x_of(t=A.SK, seed=300, dtype=torch.float64):
-    return A.randn(A.B, t, A.D_MODEL, seed=seed, dtype=dtype)
+def x_of(t=SK, seed=300, dtype=torch.float64):
+    return randn(B, t, D_MODEL, seed=seed, dtype=dtype)
 
 
 def test_computes_attention(student):
     """The gate, on a sequence as long as the context."""
     x = x_of(CONTEXT, seed=301)
     substance.attention_module(lambda params: causal_self_attention(student, [x], params=params)[0][0][0],
-                               A.mha_parameters(seed=302))
+                               mha_parameters(seed=302))
 
 
 def test_rejects_indivisible_d_model(student):
-    A.expect_value_error(lambda: student.module("CausalSelfAttention", (10, 3, CONTEXT)),
+    expect_value_error(lambda: student.module("CausalSelfAttention", (10, 3, CONTEXT)),
                          "CausalSelfAttention(10, 3, ...)", CAUSES["divisible"])
 
 
 def test_shapes(student):
-    [(output, weights)], _ = causal_self_attention(student, [x_of()], params=A.mha_parameters())
-    checks.shape(output, (A.B, A.SK, A.D_MODEL), "The output")
-    checks.shape(weights, (A.B, A.H, A.SK, A.SK), "The weights", CAUSES["per_head_weights"])
+    [(output, weights)], _ = causal_self_attention(student, [x_of()], params=mha_parameters())
+    checks.shape(output, (B, SK, D_MODEL), "The output")
+    checks.shape(weights, (B, H, SK, SK), "The weights", CAUSES["per_head_weights"])
 
 
 def test_matches_torch_causal_attention(student):
-    params, x = A.mha_parameters(seed=310), x_of(seed=311)
+    params, x = mha_parameters(seed=310), x_of(seed=311)
     [(output, weights)], _ = causal_self_attention(student, [x], params=params)
-    want_output, want_weights = A.causal_mha(params, A.H, x)
-    mistakes = A.mha_mistakes(params, A.H, x, x, x, A.tril(x.shape[1]))
-    checks.close(weights, want_weights, "The causal weights", "", A.pick(mistakes, 1))
-    checks.close(output, want_output, "The output", "", A.pick(mistakes, 0))
+    want_output, want_weights = causal_mha(params, H, x)
+    mistakes = mha_mistakes(params, H, x, x, x, tril(x.shape[1]))
+    checks.close(weights, want_weights, "The causal weights", "", pick(mistakes, 1))
+    checks.close(output, want_output, "The output", "", pick(mistakes, 0))
 
 
 def test_is_causal(student):
-    params, x = A.mha_parameters(seed=320), x_of(seed=321)
-    pairs, _ = causal_self_attention(student, A.changed_tokens(x), params=params)
+    params, x = mha_parameters(seed=320), x_of(seed=321)
+    pairs, _ = causal_self_attention(student, changed_tokens(x), params=params)
     checks.shape(pairs[0][0], x.shape, "The output")
-    A.check_causal(A.influence([output for output, _ in pairs]), "Outputs that move when a later token changes")
+    check_causal(influence([output for output, _ in pairs]), "Outputs that move when a later token changes")
 
 
 def without_dropout(student, x, params):
@@ -100,7 +103,7 @@ def without_dropout(student, x, params):
 
 
 def test_eval_mode_is_deterministic(student):
-    params, x = A.mha_parameters(seed=330), x_of(seed=331)
+    params, x = mha_parameters(seed=330), x_of(seed=331)
     [(first, _), (second, _)], _ = causal_self_attention(student, [x, x], params=params, dropout=0.5)
     checks.same(first, without_dropout(student, x, params)[0],
                  "The output in eval mode with dropout=0.5, against your own output with dropout=0", CAUSES["dropout_module"])
@@ -108,7 +111,7 @@ def test_eval_mode_is_deterministic(student):
 
 
 def test_dropout_in_training_mode(student):
-    params, x = A.mha_parameters(seed=340), x_of(seed=341)
+    params, x = mha_parameters(seed=340), x_of(seed=341)
     [(output, weights)], _ = causal_self_attention(student, [x], params=params, dropout=0.5, train=True)
     plain_output, plain_weights = without_dropout(student, x, params)
     checks.require(not checks.is_close(output, plain_output),
@@ -122,15 +125,15 @@ def test_dropout_acts_on_the_attention_weights(student):
     """Position 0 attends only to itself, so with dropout on the weights each head passes on either
     nothing or twice its value vector (p=0.5): the output there is one of 2^H combinations.
     Dropout on the output, or on the merged heads, zeroes single features instead."""
-    params, x = A.mha_parameters(seed=345), x_of(seed=346)
+    params, x = mha_parameters(seed=345), x_of(seed=346)
     [(output, _)], _ = causal_self_attention(student, [x], params=params, dropout=0.5, train=True)
     checks.shape(output, x.shape, "The output")
     value = torch.nn.functional.linear(x[:, 0], params["W_v.weight"], params["W_v.bias"])   # [B, D]
-    heads = value.view(A.B, A.H, A.D_K)
-    for b in range(A.B):
+    heads = value.view(B, H, D_K)
+    for b in range(B):
         candidates = []
-        for kept in range(2 ** A.H):
-            keep = torch.tensor([(kept >> h) & 1 for h in range(A.H)], dtype=value.dtype)
+        for kept in range(2 ** H):
+            keep = torch.tensor([(kept >> h) & 1 for h in range(H)], dtype=value.dtype)
             context = (heads[b] * 2 * keep[:, None]).reshape(-1)
             candidates.append(torch.nn.functional.linear(context, params["W_o.weight"], params["W_o.bias"]))
         checks.require(any(checks.is_close(output[b, 0], candidate) for candidate in candidates),
@@ -140,28 +143,28 @@ def test_dropout_acts_on_the_attention_weights(student):
 
 
 def test_rejects_sequences_longer_than_the_context(student):
-    A.expect_value_error(lambda: A.run_module(student, "CausalSelfAttention", (A.D_MODEL, A.H, CONTEXT), {},
-                                              params=A.mha_parameters(), calls=[((x_of(CONTEXT + 1),), {})]),
+    expect_value_error(lambda: run_module(student, "CausalSelfAttention", (D_MODEL, H, CONTEXT), {},
+                                              params=mha_parameters(), calls=[((x_of(CONTEXT + 1),), {})]),
                          "A sequence longer than context_length",
                          CAUSES["too_long"])
 
 
 def test_other_context_lengths(student):
     """Longer than anything in the notebook: the mask must come from context_length and T."""
-    params = A.mha_parameters(seed=350)
-    for context, t in ((A.SQ, A.SQ), (24, 17), (96, 80)):
+    params = mha_parameters(seed=350)
+    for context, t in ((SQ, SQ), (24, 17), (96, 80)):
         x = x_of(t, seed=351 + t)
         [(output, weights)], _ = causal_self_attention(student, [x], params=params, context=context)
-        checks.shape(weights, (A.B, A.H, t, t), f"The weights for {t} tokens with context_length={context}")
-        checks.exactly_zero_where(weights, ~A.tril(t), f"Weights on future positions for {t} tokens with "
+        checks.shape(weights, (B, H, t, t), f"The weights for {t} tokens with context_length={context}")
+        checks.exactly_zero_where(weights, ~tril(t), f"Weights on future positions for {t} tokens with "
                                   f"context_length={context}",
                                   CAUSES["buffer_size"])
         checks.rows_sum_to_one(weights, f"The weights for {t} tokens")
 
 
 def test_mask_is_a_buffer(student):
-    built = student.module("CausalSelfAttention", (A.D_MODEL, A.H, CONTEXT), {})
-    extra = sorted(set(built["parameters"]) - set(A.mha_parameters()))
+    built = student.module("CausalSelfAttention", (D_MODEL, H, CONTEXT), {})
+    extra = sorted(set(built["parameters"]) - set(mha_parameters()))
     checks.require(not extra, f"The module has trainable parameters besides W_q...W_o: {', '.join(extra)}.",
                    CAUSES["mask_parameter"])
     sizes = [tuple(buffer.shape[-2:]) for buffer in built["buffers"].values() if buffer.dim() >= 2]
@@ -172,8 +175,8 @@ def test_mask_is_a_buffer(student):
 
 
 def test_gradients_reach_input_and_parameters(student):
-    params, x = A.mha_parameters(seed=360), x_of(seed=361)
-    upstream = [A.randn(A.B, A.SK, A.D_MODEL, seed=362), A.randn(A.B, A.H, A.SK, A.SK, seed=363)]
+    params, x = mha_parameters(seed=360), x_of(seed=361)
+    upstream = [randn(B, SK, D_MODEL, seed=362), randn(B, H, SK, SK, seed=363)]
     _, reply = causal_self_attention(student, [x], params=params, grad_outputs=[upstream])
-    A.check_gradients(reply, lambda weights, inputs: causal_self_attention(
+    check_gradients(reply, lambda weights, inputs: causal_self_attention(
         student, [inputs["x"]], params=weights)[0][0], params, {"x": x}, upstream)

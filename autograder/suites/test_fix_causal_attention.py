@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, SHAPE_ERRORS, attention, changed_tokens, check_causal,
+                                              check_gradients, crash_hint, has_bias, influence,
+                                              linear_parameters, named, randn, run_module)
 
 
 D_IN, D_OUT, CONTEXT = 5, 6, 9
@@ -30,15 +32,15 @@ CAUSES = {
 
 
 def causal_attention_parameters(bias=False, dtype=torch.float64, seed=100):
-    return A.linear_parameters({name: (D_OUT, D_IN) for name in CAUSAL_ATTENTION}, bias, dtype, seed)
+    return linear_parameters({name: (D_OUT, D_IN) for name in CAUSAL_ATTENTION}, bias, dtype, seed)
 
 
 def causal_attention(student, inputs, *, params, context=CONTEXT, dropout=0.0, train=False,
                      grad_outputs=None):
     """Run the student's CausalAttention on each input in turn; returns (outputs, reply)."""
-    bias = A.has_bias(params)
-    with A.crash_hint(CAUSES["buffer"], A.SHAPE_ERRORS + ("boolean",)):
-        reply = A.run_module(student, "CausalAttention", (D_IN, D_OUT, context),
+    bias = has_bias(params)
+    with crash_hint(CAUSES["buffer"], SHAPE_ERRORS + ("boolean",)):
+        reply = run_module(student, "CausalAttention", (D_IN, D_OUT, context),
                              {"dropout": dropout, "qkv_bias": bias}, params=params, train=train,
                              dtype=inputs[0].dtype, calls=[((x,), {}) for x in inputs],
                              grad_outputs=grad_outputs)
@@ -61,15 +63,15 @@ def named_mistakes(params, x):
     q, k, v = projections(params, x)
     t = x.shape[1]
     future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
-    only_future = A.attention(q, k, v, future)[0]
-    return A.named(CAUSES, no_mask=A.attention(q, k, v)[0],
+    only_future = attention(q, k, v, future)[0]
+    return named(CAUSES, no_mask=attention(q, k, v)[0],
                    only_future_nan=only_future.masked_fill(~future.any(-1)[:, None], float("nan")),
-                   only_future=only_future, no_diagonal=A.attention(q, k, v, future.T)[0],
-                   scale_d_in=A.attention(q, k, v, ~future, scale=1 / math.sqrt(x.shape[-1]))[0])
+                   only_future=only_future, no_diagonal=attention(q, k, v, future.T)[0],
+                   scale_d_in=attention(q, k, v, ~future, scale=1 / math.sqrt(x.shape[-1]))[0])
 
 
 def inputs(t=CONTEXT, seed=110, dtype=torch.float64):
-    return A.randn(A.B, t, D_IN, seed=seed, dtype=dtype)
+    return randn(B, t, D_IN, seed=seed, dtype=dtype)
 
 
 def test_computes_attention(student):
@@ -82,14 +84,14 @@ def test_computes_attention(student):
 def test_runs_and_returns_the_right_shape(student):
     x = inputs(7)
     (output,), _ = causal_attention(student, [x], params=causal_attention_parameters())
-    checks.shape(output, (A.B, 7, D_OUT), "CausalAttention(x)")
+    checks.shape(output, (B, 7, D_OUT), "CausalAttention(x)")
 
 
 def test_is_causal(student):
     x = inputs()
-    outputs, _ = causal_attention(student, A.changed_tokens(x), params=causal_attention_parameters())
-    checks.shape(outputs[0], (A.B, CONTEXT, D_OUT), "CausalAttention(x)")
-    A.check_causal(A.influence(outputs), "Outputs that move when a later token changes")
+    outputs, _ = causal_attention(student, changed_tokens(x), params=causal_attention_parameters())
+    checks.shape(outputs[0], (B, CONTEXT, D_OUT), "CausalAttention(x)")
+    check_causal(influence(outputs), "Outputs that move when a later token changes")
 
 
 def test_matches_causal_attention(student):
@@ -126,7 +128,7 @@ def test_eval_mode_is_deterministic(student):
 def test_gradients_reach_input_and_weights(student):
     params = causal_attention_parameters(bias=True)
     x = inputs(seed=130)
-    upstream = A.randn(A.B, CONTEXT, D_OUT, seed=131)
+    upstream = randn(B, CONTEXT, D_OUT, seed=131)
     _, reply = causal_attention(student, [x], params=params, grad_outputs=[[upstream]])
-    A.check_gradients(reply, lambda weights, inputs: causal_attention(student, [inputs["x"]], params=weights)[0],
+    check_gradients(reply, lambda weights, inputs: causal_attention(student, [inputs["x"]], params=weights)[0],
                       params, {"x": x}, [upstream])

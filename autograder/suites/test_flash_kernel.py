@@ -13,7 +13,11 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers import kernels
+from autograder.suites.helpers.common import check_inputs_unchanged, crash_hint, named
+from autograder.suites.helpers.kernels import (OUT_OF_BOUNDS, TRITON_CRASHES, check_kernel_work, kernel_qkv,
+                                               laid_out, padded, reference, sequence_major)
+from autograder.suites.helpers.tiled import tiled_attention
 
 CAUSES = {
     "no_rescale": "an accumulated output that is not rescaled by exp(m - m_new) when the running maximum grows",
@@ -45,15 +49,15 @@ CAUSES = {
 STATEMENT = ("Each key tile: S = tl.dot(q, tl.trans(k)) * scale; m_new = max(m, rowmax(S)); P = exp(S - m_new); "
              "l = l * exp(m - m_new) + rowsum(P); acc = acc * exp(m - m_new) + tl.dot(P, V); at the end "
              "out = acc / l and lse = m + log(l).")
-CRASHES = [(A.OUT_OF_BOUNDS, CAUSES["out_of_bounds"])] + A.TRITON_CRASHES
+CRASHES = [(OUT_OF_BOUNDS, CAUSES["out_of_bounds"])] + TRITON_CRASHES
 
 
-tf32_on_a_gpu = A.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
+tf32_on_a_gpu = kernels.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
 
 
 def flash(student, q, k, v, causal=False, block_m=32, block_n=16, **options):
     """(out, lse, the reply) of the student's triton_flash_attention."""
-    with A.crash_hint(CRASHES):
+    with crash_hint(CRASHES):
         reply = student.call("triton_flash_attention", q, k, v, causal, block_m, block_n, **options)
     out, lse = checks.pair(reply["output"], "triton_flash_attention(q, k, v)", ("out", "lse"))
     return checks.tensor(out, "out"), checks.tensor(lse, "lse"), reply
@@ -61,36 +65,7 @@ def flash(student, q, k, v, causal=False, block_m=32, block_n=16, **options):
 
 def mistaken(q, k, v, causal, block_m, block_n, mistake):
     """(out, lse) in float64 of a named mistake, tiled as the kernel tiles."""
-    q, k, v = q.double(), k.double(), v.double()
-    *lead, sq, d = q.shape
-    sk = k.shape[-2]
-    scale = 1.0 if mistake == "no_scale" else 1.0 / math.sqrt(d)
-    out, lse = torch.zeros(*lead, sq, d, dtype=torch.float64), torch.zeros(*lead, sq, dtype=torch.float64)
-    for i0 in range(0, sq, block_m):
-        i1 = min(i0 + block_m, sq)
-        m = torch.full((*lead, i1 - i0), -math.inf, dtype=torch.float64)
-        l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, d, dtype=torch.float64)
-        end = min(i1, sk) if causal else sk
-        for j0 in range(0, end, block_n):
-            j1 = j0 + block_n
-            keys = torch.arange(j0, j1)
-            k_tile = torch.zeros(*lead, block_n, d, dtype=torch.float64)
-            v_tile = torch.zeros_like(k_tile)
-            k_tile[..., :min(j1, sk) - j0, :], v_tile[..., :min(j1, sk) - j0, :] = k[..., j0:j1, :], v[..., j0:j1, :]
-            s = q[..., i0:i1, :] @ k_tile.transpose(-2, -1) * scale
-            if mistake != "key_mask":
-                s = s.masked_fill(keys >= sk, -math.inf)
-            if causal and mistake != "no_diagonal_mask":
-                s = s.masked_fill(keys > torch.arange(i0, i1)[:, None], -math.inf)
-            m_new = s.amax(dim=-1) if mistake == "block_max" else torch.maximum(m, s.amax(dim=-1))
-            p = torch.exp(s - m_new[..., None])
-            rescale = torch.exp(m - m_new)
-            l = l * rescale + p.sum(dim=-1)
-            acc = (acc if mistake == "no_rescale" else acc * rescale[..., None]) + p @ v_tile
-            m = m_new
-        out[..., i0:i1, :] = acc / l[..., None]
-        lse[..., i0:i1] = torch.log(l) if mistake == "lse_no_max" else m + torch.log(l)
-    return out, lse
+    return tiled_attention(q.double(), k.double(), v.double(), causal, block_m, block_n, mistake)
 
 
 def as_if_contiguous(x):
@@ -108,10 +83,10 @@ def named_mistakes(q, k, v, causal, block_m, block_n, index):
     keys += ["no_diagonal_mask"] if causal else []
     found = {key: mistaken(q, k, v, causal, block_m, block_n, key)[index].to(q.dtype) for key in keys}
     if not all(x.is_contiguous() for x in (q, k, v)):
-        found["stride"] = A.attention_lse(*map(as_if_contiguous, (q, k, v)), causal)[index].to(q.dtype)
+        found["stride"] = reference(*map(as_if_contiguous, (q, k, v)), causal)[index].to(q.dtype)
     if v.stride() != k.stride():   # V read through K's strides, from V's own memory
-        found["v_strides"] = A.attention_lse(q, k, torch.as_strided(v, v.shape, k.stride()), causal)[index].to(q.dtype)
-    return A.named(CAUSES, **found)
+        found["v_strides"] = reference(q, k, torch.as_strided(v, v.shape, k.stride()), causal)[index].to(q.dtype)
+    return named(CAUSES, **found)
 
 
 def check_grid(out, want, what, block_m, block_n):
@@ -140,9 +115,9 @@ def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=S
             unchanged=False, not_finite=""):
     """The student's (out, lse) against attention's; unchanged: the inputs must also be left as they were;
     not_finite: the cause to name when out holds NaN or infinity (where attention's does not)."""
-    sent = [A.laid_out(x) if not x.is_contiguous() else x for x in (q, k, v)]
+    sent = [laid_out(x) if not x.is_contiguous() else x for x in (q, k, v)]
     out, lse, reply = flash(student, *sent, causal, block_m, block_n, echo_args=unchanged)
-    want_out, want_lse = A.attention_lse(q, k, v, causal)
+    want_out, want_lse = reference(q, k, v, causal)
     if not_finite:
         checks.require(bool(torch.isfinite(out).all()), f"out ({what}) holds NaN or infinity.", not_finite)
     if out.shape == want_out.shape:
@@ -150,14 +125,14 @@ def compare(student, q, k, v, what, causal=False, block_m=32, block_n=16, hint=S
     checks.close(out, want_out.to(q.dtype), f"out ({what})", hint,
                  lambda: named_mistakes(q, k, v, causal, block_m, block_n, 0))
     if unchanged:
-        A.check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "triton_flash_attention", CAUSES["in_place"])
+        check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "triton_flash_attention", CAUSES["in_place"])
     if lse_too:
         checks.close(lse, want_lse.float(), f"lse ({what})", "lse = m + log(l) after the last key tile.",
                      lambda: named_mistakes(q, k, v, causal, block_m, block_n, 1))
 
 
 def inputs(b, h, sq, sk, d, seed, dtype=torch.float32, scale=1.0):
-    q, k, v = A.kernel_qkv(b, h, sq, sk, d, dtype, seed)
+    q, k, v = kernel_qkv(b, h, sq, sk, d, dtype, seed)
     return q * scale, k, v
 
 
@@ -168,9 +143,9 @@ def test_computes_attention(student):
         eye = torch.eye(32).expand(1, 2, 32, 32).contiguous()
         out, weights = flash(student, q, k, v, False, 32, 32)[0], flash(student, q, k, eye, False, 32, 32)[0]
         if out.shape == q.shape:
-            check_grid(out, A.attention_lse(q, k, v)[0], "one tile of queries and keys, 2 heads", 32, 32)
+            check_grid(out, reference(q, k, v)[0], "one tile of queries and keys, 2 heads", 32, 32)
         return out, weights
-    substance.attention_function(call, *A.kernel_qkv(1, 2, 32, 32, 32, seed=1), unnormalised=CAUSES["no_division"])
+    substance.attention_function(call, *kernel_qkv(1, 2, 32, 32, 32, seed=1), unnormalised=CAUSES["no_division"])
 
 
 def test_returns_output_and_logsumexp(student):
@@ -191,7 +166,7 @@ def test_logsumexp(student):
     for causal, seed in ((False, 4), (True, 5)):
         q, k, v = inputs(1, 1, 64, 64 if causal else 80, 16, seed=seed)
         _, lse, _ = flash(student, q, k, v, causal)
-        checks.close(lse, A.attention_lse(q, k, v, causal)[1].float(), f"lse ({'causal' if causal else 'not causal'})",
+        checks.close(lse, reference(q, k, v, causal)[1].float(), f"lse ({'causal' if causal else 'not causal'})",
                      "lse = m + log(l) after the last key tile.", lambda: named_mistakes(q, k, v, causal, 32, 16, 1))
 
 
@@ -203,7 +178,7 @@ def test_lengths_the_blocks_do_not_divide(student):
 
 def test_strided_inputs(student):
     q, k, v = inputs(2, 2, 40, 40, 16, seed=7)
-    q, k, v = A.sequence_major(q), A.padded(k, extra=8), A.padded(v, extra=16, seed=14)
+    q, k, v = sequence_major(q), padded(k, extra=8), padded(v, extra=16, seed=14)
     compare(student, q, k, v, "q laid out as [B, S, H, D] in memory, k's rows 24 and v's 32 elements apart",
             block_m=64, block_n=32, hint="Use the strides the wrapper passes (*q.stride()), never a contiguous layout.")
 
@@ -218,7 +193,7 @@ def test_keeps_float16(student):
     out, lse, _ = flash(student, q, k, v, False, 16, 16)
     checks.dtype(out, torch.float16, "out of float16 inputs", CAUSES["dtype"])
     checks.dtype(lse, torch.float32, "lse of float16 inputs", CAUSES["dtype"])
-    checks.close(out, A.attention_lse(q, k, v)[0].half(), "out (float16, 48 tokens, D = 32)",
+    checks.close(out, reference(q, k, v)[0].half(), "out (float16, 48 tokens, D = 32)",
                  "Accumulate m, l and acc in float32.", lambda: named_mistakes(q, k, v, False, 16, 16, 0))
 
 
@@ -242,9 +217,9 @@ def test_the_kernel_does_the_work(student):
     product worth the name)."""
     q, k, v = inputs(1, 2, 64, 48, 16, seed=11)
     out, lse, reply = flash(student, q, k, v, False, 32, 16, count=True)
-    checks.close(out, A.attention_lse(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
+    checks.close(out, reference(q, k, v)[0].float(), "out of the counted call (64 queries, 48 keys)",
                  "The counted call must first give the right answer.", lambda: named_mistakes(q, k, v, False, 32, 16, 0))
-    A.check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
+    check_kernel_work(reply, "triton_flash_attention", least_flops=attention_flops(64, 48, 16, 2),
                         least_addressed=q.numel() + k.numel() + v.numel(), programs=math.ceil(64 / 32) * 2)
 
 
@@ -267,11 +242,11 @@ def test_causal_skips_tiles_above_the_diagonal(student):
     addressed = {}
     for causal in (False, True):
         out, _, reply = flash(student, q, k, v, causal, block, block, count=True)
-        checks.close(out, A.attention_lse(q, k, v, causal)[0].float(),
+        checks.close(out, reference(q, k, v, causal)[0].float(),
                      f"out of the counted call ({'causal' if causal else 'not causal'}, {n} tokens)",
                      "The counted call must first give the right answer.",
                      lambda: named_mistakes(q, k, v, causal, block, block, 0))
-        A.check_kernel_work(reply, f"triton_flash_attention(causal={causal})",
+        check_kernel_work(reply, f"triton_flash_attention(causal={causal})",
                             least_flops=attention_flops(n, n, d, 1) // (3 if causal else 1))
         addressed[causal] = reply["work"].addressed
     if not reply["work"].interpreted:

@@ -4,7 +4,9 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, SK, check_gradients, crash_hint, expect_value_error,
+                                              heads_of, linear_parameters, named, randn, run_module,
+                                              torch_mha, torch_weights, tril)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -29,14 +31,14 @@ def gqa_parameters(num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, d_k=GQA_D_K, 
     d_model, d_kv = num_heads * d_k, num_kv_heads * d_k
     shapes = {"W_q": (d_model, d_model), "W_k": (d_kv, d_model), "W_v": (d_kv, d_model),
               "W_o": (d_model, d_model)}
-    return A.linear_parameters(shapes, bias=False, dtype=dtype, seed=seed)
+    return linear_parameters(shapes, bias=False, dtype=dtype, seed=seed)
 
 
 def gqa(student, x, mask=None, *, params, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS,
         grad_outputs=None):
     kwargs = {} if mask is None else {"mask": mask}
-    with A.crash_hint(CAUSES["expand"]):
-        reply = A.run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
+    with crash_hint(CAUSES["expand"]):
+        reply = run_module(student, "GroupedQueryAttention", (x.shape[-1], num_heads, num_kv_heads), {},
                            params=params, dtype=x.dtype, calls=[((x,), kwargs)],
                            grad_outputs=None if grad_outputs is None else [grad_outputs])
     output, weights = checks.pair(reply["outputs"][0], "GroupedQueryAttention.forward")
@@ -46,9 +48,9 @@ def gqa(student, x, mask=None, *, params, num_heads=GQA_HEADS, num_kv_heads=GQA_
 def torch_gqa(params, num_heads, num_kv_heads, x, mask=None, kv_order="interleave"):
     """Grouped-query attention through F.scaled_dot_product_attention(enable_gqa=True);
     returns (output, per-head weights)."""
-    q = A.heads_of(F.linear(x, params["W_q.weight"]), num_heads)
-    k = A.heads_of(F.linear(x, params["W_k.weight"]), num_kv_heads)
-    v = A.heads_of(F.linear(x, params["W_v.weight"]), num_kv_heads)
+    q = heads_of(F.linear(x, params["W_q.weight"]), num_heads)
+    k = heads_of(F.linear(x, params["W_k.weight"]), num_kv_heads)
+    v = heads_of(F.linear(x, params["W_v.weight"]), num_kv_heads)
     group = num_heads // num_kv_heads
     if kv_order == "interleave":
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
@@ -58,13 +60,13 @@ def torch_gqa(params, num_heads, num_kv_heads, x, mask=None, kv_order="interleav
         context = F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask)
     b, h, s, d_k = context.shape
     output = F.linear(context.transpose(1, 2).reshape(b, s, h * d_k), params["W_o.weight"])
-    return output, A.torch_weights(q, k_full, mask)
+    return output, torch_weights(q, k_full, mask)
 
 
 
 
 def x_of(seed=600, dtype=torch.float64):
-    return A.randn(A.B, A.SK, GQA_D_MODEL, seed=seed, dtype=dtype)
+    return randn(B, SK, GQA_D_MODEL, seed=seed, dtype=dtype)
 
 
 def compare(student, x, mask, what, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEADS, seed=610):
@@ -72,9 +74,9 @@ def compare(student, x, mask, what, num_heads=GQA_HEADS, num_kv_heads=GQA_KV_HEA
     (output, weights), _ = gqa(student, x, mask, params=params, num_heads=num_heads, num_kv_heads=num_kv_heads)
     want_output, want_weights = torch_gqa(params, num_heads, num_kv_heads, x, mask)
     wrong = torch_gqa(params, num_heads, num_kv_heads, x, mask, kv_order="repeat")
-    checks.close(weights, want_weights, f"The weights ({what})", CAUSES["group"], A.named(CAUSES, repeat=wrong[1]))
+    checks.close(weights, want_weights, f"The weights ({what})", CAUSES["group"], named(CAUSES, repeat=wrong[1]))
     checks.close(output, want_output, f"The output ({what})", "The weights are right: check the merge and W_o.",
-                 A.named(CAUSES, repeat=wrong[0]))
+                 named(CAUSES, repeat=wrong[0]))
 
 
 def test_computes_attention(student):
@@ -85,9 +87,9 @@ def test_computes_attention(student):
 
 
 def test_rejects_bad_head_counts(student):
-    A.expect_value_error(lambda: student.module("GroupedQueryAttention", (24, 6, 4)), "GroupedQueryAttention(24, 6, 4)",
+    expect_value_error(lambda: student.module("GroupedQueryAttention", (24, 6, 4)), "GroupedQueryAttention(24, 6, 4)",
                          CAUSES["head_counts"])
-    A.expect_value_error(lambda: student.module("GroupedQueryAttention", (20, 6, 2)), "GroupedQueryAttention(20, 6, 2)",
+    expect_value_error(lambda: student.module("GroupedQueryAttention", (20, 6, 2)), "GroupedQueryAttention(20, 6, 2)",
                          "Raise ValueError when d_model is not a multiple of num_heads.")
 
 
@@ -109,7 +111,7 @@ def test_matches_torch_grouped_query_attention(student):
 
 
 def test_with_causal_mask(student):
-    compare(student, x_of(602), A.tril(A.SK), "causal mask")
+    compare(student, x_of(602), tril(SK), "causal mask")
 
 
 def test_one_key_value_head(student):
@@ -120,20 +122,20 @@ def test_as_many_key_value_heads_as_query_heads(student):
     x = x_of(604)
     params = gqa_parameters(GQA_HEADS, GQA_HEADS, seed=630)
     (output, _), _ = gqa(student, x, params=params, num_kv_heads=GQA_HEADS)
-    checks.close(output, A.torch_mha(params, GQA_HEADS, x, x, x)[0],
+    checks.close(output, torch_mha(params, GQA_HEADS, x, x, x)[0],
                  "The output with num_kv_heads == num_heads", "This case is ordinary multi-head attention.")
 
 
 def test_weights_rows_sum_to_one(student):
     params = gqa_parameters(seed=640)
     (_, weights), _ = gqa(student, x_of(605), params=params)
-    checks.shape(weights, (A.B, GQA_HEADS, A.SK, A.SK), "The weights", "Return one map per query head.")
+    checks.shape(weights, (B, GQA_HEADS, SK, SK), "The weights", "Return one map per query head.")
     checks.rows_sum_to_one(weights, "The weights", "The softmax runs over the keys.")
 
 
 def test_gradients_reach_input_and_parameters(student):
     params, x = gqa_parameters(seed=650), x_of(606)
-    upstream = [A.randn(A.B, A.SK, GQA_D_MODEL, seed=651), A.randn(A.B, GQA_HEADS, A.SK, A.SK, seed=652)]
-    _, reply = gqa(student, x, A.tril(A.SK), params=params, grad_outputs=upstream)
-    A.check_gradients(reply, lambda weights, inputs: gqa(student, inputs["x"], A.tril(A.SK), params=weights)[0],
+    upstream = [randn(B, SK, GQA_D_MODEL, seed=651), randn(B, GQA_HEADS, SK, SK, seed=652)]
+    _, reply = gqa(student, x, tril(SK), params=params, grad_outputs=upstream)
+    check_gradients(reply, lambda weights, inputs: gqa(student, inputs["x"], tril(SK), params=weights)[0],
                       params, {"x": x}, upstream)

@@ -3,7 +3,7 @@
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import H, SK, SQ, named, randn
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -22,12 +22,12 @@ def named_mistakes(weights):
     flat = weights.reshape(weights.shape[0], -1)
     unit = flat / flat.norm(dim=-1, keepdim=True)
     rows = weights / weights.norm(dim=-1, keepdim=True)
-    return A.named(CAUSES, no_norms=flat @ flat.T, distance=1 - unit @ unit.T,
+    return named(CAUSES, no_norms=flat @ flat.T, distance=1 - unit @ unit.T,
                    per_row=torch.einsum("itk,jtk->ij", rows, rows) / weights.shape[1])
 
 
-def maps(h=A.H + 1, t=A.SQ, s=A.SK, seed=400, dtype=torch.float64):
-    return torch.softmax(A.randn(h, t, s, seed=seed, dtype=dtype) * 2, dim=-1)
+def maps(h=H + 1, t=SQ, s=SK, seed=400, dtype=torch.float64):
+    return torch.softmax(randn(h, t, s, seed=seed, dtype=dtype) * 2, dim=-1)
 
 
 def expected(weights):
@@ -42,8 +42,8 @@ def similarity(student, weights):
 def test_depends_on_the_maps(student):
     """The gate: different maps give different similarities, and not one value for every pair."""
     first, second = similarity(student, maps(seed=405)), similarity(student, maps(seed=406))
-    checks.shape(first, (A.H + 1, A.H + 1), "head_similarity(weights)")
-    off_diagonal = first[~torch.eye(A.H + 1, dtype=torch.bool)]
+    checks.shape(first, (H + 1, H + 1), "head_similarity(weights)")
+    off_diagonal = first[~torch.eye(H + 1, dtype=torch.bool)]
     checks.require(substance.differs(first, second) and substance.differs(off_diagonal, off_diagonal[:1].expand_as(off_diagonal)),
                    "head_similarity gives the same similarities whatever the maps, so it does not compare them yet.")
 
@@ -51,7 +51,7 @@ def test_depends_on_the_maps(student):
 def test_shape_and_dtype(student):
     for dtype in (torch.float32, torch.float64):
         result = similarity(student, maps(dtype=dtype))
-        checks.shape(result, (A.H + 1, A.H + 1), "head_similarity(weights)", CAUSES["square"])
+        checks.shape(result, (H + 1, H + 1), "head_similarity(weights)", CAUSES["square"])
         checks.dtype(result, dtype, "head_similarity(weights)", "Avoid hard-coded dtypes.")
 
 
@@ -73,7 +73,7 @@ def test_identical_heads_give_one(student):
 
 
 def test_disjoint_heads_give_zero(student):
-    eye = torch.eye(A.SQ, dtype=torch.float64)
+    eye = torch.eye(SQ, dtype=torch.float64)
     weights = torch.stack([eye, eye.roll(1, dims=-1), eye.roll(2, dims=-1)])
     checks.close(similarity(student, weights), torch.eye(3, dtype=torch.float64),
                  "The similarity of heads that never attend to the same cell", CAUSES["recipe"],

@@ -1,7 +1,7 @@
 """Hidden tests for split_heads(x, num_heads) and merge_heads(x)."""
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import B, D_K, D_MODEL, H, SQ, named, randn
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -25,44 +25,44 @@ def merge_heads(student, x):
 
 def split_heads_mistakes(x, num_heads):
     b, s, d = x.shape
-    return A.named(CAUSES, split_without_transpose=x.reshape(b, num_heads, s, d // num_heads),
+    return named(CAUSES, split_without_transpose=x.reshape(b, num_heads, s, d // num_heads),
                    features_transposed=x.reshape(b, s, d // num_heads, num_heads).permute(0, 3, 1, 2))
 
 
 def merge_heads_mistakes(x):
     b, h, s, d_k = x.shape
-    return A.named(CAUSES, merge_without_transpose=x.reshape(b, s, h * d_k),
+    return named(CAUSES, merge_without_transpose=x.reshape(b, s, h * d_k),
                    head_axis_last=x.permute(0, 2, 3, 1).reshape(b, s, h * d_k))
 
 
 def test_rearranges_the_features(student):
     """The gate: both functions only move the entries of their input."""
-    x = A.randn(A.B, A.SQ, A.D_MODEL, seed=4)
-    substance.rearrangement(split_heads(student, x, A.H), x, (A.B, A.H, A.SQ, A.D_K), "split_heads(x, H)")
-    heads = A.randn(A.B, A.H, A.SQ, A.D_K, seed=5)
-    substance.rearrangement(merge_heads(student, heads), heads, (A.B, A.SQ, A.D_MODEL), "merge_heads(x)")
+    x = randn(B, SQ, D_MODEL, seed=4)
+    substance.rearrangement(split_heads(student, x, H), x, (B, H, SQ, D_K), "split_heads(x, H)")
+    heads = randn(B, H, SQ, D_K, seed=5)
+    substance.rearrangement(merge_heads(student, heads), heads, (B, SQ, D_MODEL), "merge_heads(x)")
 
 
 def test_split_heads_shape(student):
-    x = A.randn(A.B, A.SQ, A.D_MODEL)
-    checks.shape(split_heads(student, x, A.H), (A.B, A.H, A.SQ, A.D_K), "split_heads(x, H)")
+    x = randn(B, SQ, D_MODEL)
+    checks.shape(split_heads(student, x, H), (B, H, SQ, D_K), "split_heads(x, H)")
 
 
 def test_split_heads_layout(student, reference):
-    x = A.randn(A.B, A.SQ, A.D_MODEL, seed=1)
-    checks.close(split_heads(student, x, A.H), reference["split_heads"](x, A.H), "split_heads(x, H)",
-                 CAUSES["layout"], split_heads_mistakes(x, A.H))
+    x = randn(B, SQ, D_MODEL, seed=1)
+    checks.close(split_heads(student, x, H), reference["split_heads"](x, H), "split_heads(x, H)",
+                 CAUSES["layout"], split_heads_mistakes(x, H))
 
 
 def test_merge_heads_inverts_split(student, reference):
-    x = A.randn(A.B, A.SQ, A.D_MODEL, seed=2)
-    heads = reference["split_heads"](x, A.H)  # a transposed, non-contiguous view
+    x = randn(B, SQ, D_MODEL, seed=2)
+    heads = reference["split_heads"](x, H)  # a transposed, non-contiguous view
     checks.close(merge_heads(student, heads), x, "merge_heads(split_heads(x))",
                  "Move the head axis back next to d_k before flattening; after a transpose, call "
                  ".contiguous() before .view (or use .reshape).")
 
 
 def test_merge_heads_layout(student, reference):
-    x = A.randn(A.B, A.H, A.SQ, A.D_K, seed=3)
+    x = randn(B, H, SQ, D_K, seed=3)
     checks.close(merge_heads(student, x), reference["merge_heads"](x), "merge_heads(x)",
                  "transpose(1, 2) first, then flatten the last two axes.", merge_heads_mistakes(x))

@@ -9,7 +9,10 @@ those points in its own exercise, not again here."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers import kernels
+from autograder.suites.helpers.common import crash_hint, named, randn
+from autograder.suites.helpers.kernels import (OUT_OF_BOUNDS, TRITON_CRASHES, check_kernel_work, kernel_qkv,
+                                               reference)
 
 CAUSES = {
     "no_none": "backward returns one gradient per input of forward: (dq, dk, dv, None), the None for causal",
@@ -22,13 +25,13 @@ STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_atten
 
 
 
-tf32_on_a_gpu = A.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
+tf32_on_a_gpu = kernels.tf32_on_a_gpu   # an autouse fixture: float32 at TF32's precision on a GPU
 
 
 def run(student, q, k, v, causal, upstream, **options):
     """(out, (dq, dk, dv), the reply) of the student's triton_attention, back-propagated from `upstream`."""
-    with A.crash_hint([(("incorrect number of gradients",), CAUSES["no_none"]),
-                       (A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + A.TRITON_CRASHES):
+    with crash_hint([(("incorrect number of gradients",), CAUSES["no_none"]),
+                       (OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + TRITON_CRASHES):
         reply = student.call("triton_attention", q, k, v, causal, grad=True, grad_outputs=[upstream], **options)
     out = checks.tensor(reply["output"], "triton_attention(q, k, v)")
     grads = reply["input_grads"] or [None, None, None, None]
@@ -39,14 +42,14 @@ def run(student, q, k, v, causal, upstream, **options):
 
 def forward(student, q, k, v, causal=False, **options):
     """(out, the reply) of the student's triton_attention, forward only."""
-    with A.crash_hint([(A.OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + A.TRITON_CRASHES):
+    with crash_hint([(OUT_OF_BOUNDS, "a load or store of your kernel outside its tensors")] + TRITON_CRASHES):
         reply = student.call("triton_attention", q, k, v, causal, **options)
     return checks.tensor(reply["output"], "triton_attention(q, k, v)"), reply
 
 
 def reference_gradients(q, k, v, causal, upstream):
     q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
-    out, _ = A.attention_lse(q64, k64, v64, causal)
+    out, _ = reference(q64, k64, v64, causal)
     return out, torch.autograd.grad(out, (q64, k64, v64), upstream.double())
 
 
@@ -57,20 +60,20 @@ def named_gradients(q, k, v, causal, upstream, index):
     if causal:
         found["not_causal_backward"] = backward_without_mask(q, k, v, upstream)[index]
     q64, k64, v64 = (x.double() for x in (q, k, v))
-    out, _ = A.attention_lse(q64, k64, v64, causal)
+    out, _ = reference(q64, k64, v64, causal)
     found["d_out_for_out"] = swapped_backward(q64, k64, v64, out, upstream.double(), causal)[index]
-    return A.named(CAUSES, **{key: value.float() for key, value in found.items() if value is not None})
+    return named(CAUSES, **{key: value.float() for key, value in found.items() if value is not None})
 
 
 def backward_without_mask(q, k, v, upstream):
     """The gradients from weights recomputed without the mask, with the causal forward's lse and out."""
     q64, k64, v64 = (x.double() for x in (q, k, v))
-    out, lse = A.attention_lse(q64, k64, v64, causal=True)
+    out, lse = reference(q64, k64, v64, causal=True)
     return recomputed(q64, k64, v64, out, lse, upstream.double(), masked=False)
 
 
 def swapped_backward(q, k, v, out, d_out, causal):
-    _, lse = A.attention_lse(q, k, v, causal)
+    _, lse = reference(q, k, v, causal)
     return recomputed(q, k, v, d_out, lse, out, masked=causal)
 
 
@@ -87,11 +90,11 @@ def recomputed(q, k, v, out, lse, d_out, masked):
 
 
 def inputs(sq, seed, heads=2, d=16):
-    return A.kernel_qkv(1, heads, sq, sq, d, seed=seed)
+    return kernel_qkv(1, heads, sq, sq, d, seed=seed)
 
 
 def upstream_of(q, seed):
-    return A.randn(*q.shape, seed=seed).float()
+    return randn(*q.shape, seed=seed).float()
 
 
 def compare_gradients(student, q, k, v, causal, seed, what):
@@ -108,14 +111,14 @@ def test_forward_is_attention(student):
     def call(q, k, v):
         eye = torch.eye(32).expand(1, 2, 32, 32).contiguous()
         return forward(student, q, k, v)[0], forward(student, q, k, eye)[0]
-    substance.attention_function(call, *A.kernel_qkv(1, 2, 32, 32, 32, seed=1))
+    substance.attention_function(call, *kernel_qkv(1, 2, 32, 32, 32, seed=1))
 
 
 def test_returns_the_output(student):
     q, k, v = inputs(64, seed=2)
     out, _ = forward(student, q, k, v)
     checks.shape(out, q.shape, "triton_attention(q, k, v)", "forward returns out [B, H, Sq, D] from your kernel.")
-    checks.close(out, A.attention_lse(q, k, v)[0].float(), "triton_attention(q, k, v)",
+    checks.close(out, reference(q, k, v)[0].float(), "triton_attention(q, k, v)",
                  "forward returns out from your kernel: where triton_flash_attention's own tests fail, fix those first.")
 
 
@@ -132,7 +135,7 @@ def test_forward_runs_the_kernel(student):
     and torch did none of its work."""
     q, k, v = inputs(32, seed=8)
     out, reply = forward(student, q, k, v, count=True)
-    checks.close(out, A.attention_lse(q, k, v)[0].float(), "triton_attention(q, k, v) of the counted call",
+    checks.close(out, reference(q, k, v)[0].float(), "triton_attention(q, k, v) of the counted call",
                  "The counted call must first give the right answer.")
-    A.check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,
+    check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,
                         least_addressed=q.numel() + k.numel() + v.numel())

@@ -6,7 +6,9 @@ own full forward, so a mistake in the attention itself is charged once, not once
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_MODEL, H, SK, causal_mha, crash_hint, mha_parameters,
+                                              multi_head, named, randn, run_module)
+from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, piece_bounds
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -21,11 +23,11 @@ CAUSES = {
 }
 
 
-def cached_attention(student, calls, *, params, num_heads=A.H, dtype=torch.float64):
+def cached_attention(student, calls, *, params, num_heads=H, dtype=torch.float64):
     """Run steps on one CachedSelfAttention; calls are (method, args, kwargs). Returns outputs."""
     d_model = params["W_q.weight"].shape[0]
-    with A.crash_hint(CAUSES["layout"]):
-        reply = A.run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
+    with crash_hint(CAUSES["layout"]):
+        reply = run_module(student, "CachedSelfAttention", (d_model, num_heads), {}, params=params,
                            dtype=dtype, calls=calls)
     return [checks.tensor(output, "CachedSelfAttention(x)") if method == "forward" else output
             for (method, _, _), output in zip(calls, reply["outputs"])]
@@ -34,7 +36,7 @@ def cached_attention(student, calls, *, params, num_heads=A.H, dtype=torch.float
 def named_mistakes(params, num_heads, x, first, chunk):
     """cause text -> the concatenated outputs of a mistaken cache, fed `first` tokens, then
     `chunk` at a time (as kit.cache_calls does)."""
-    bounds = A.piece_bounds(x.shape[1], first, chunk)
+    bounds = piece_bounds(x.shape[1], first, chunk)
 
     def run(window, mask_of):
         outputs = []
@@ -42,21 +44,21 @@ def named_mistakes(params, num_heads, x, first, chunk):
             seen = window(start, end)
             keys = x[:, seen]
             mask = mask_of(end - start, len(seen), start - seen.start)
-            outputs.append(A.multi_head(params, num_heads, x[:, start:end], keys, keys, mask)[0])
+            outputs.append(multi_head(params, num_heads, x[:, start:end], keys, keys, mask)[0])
         return torch.cat(outputs, dim=1)
 
     def tril(rows, columns, diagonal):
         return torch.ones(rows, columns, dtype=torch.bool).tril(diagonal=diagonal)
 
-    return A.named(CAUSES, never_appended=run(lambda start, end: range(start, end), tril),
+    return named(CAUSES, never_appended=run(lambda start, end: range(start, end), tril),
                    no_offset=run(lambda start, end: range(0, end), lambda rows, columns, past: tril(rows, columns, 0)),
                    no_mask=run(lambda start, end: range(0, end), lambda rows, columns, past: None))
 
 
-T = A.SK + 2
+T = SK + 2
 
 def x_of(seed=500, dtype=torch.float64, t=T):
-    return A.randn(A.B, t, A.D_MODEL, seed=seed, dtype=dtype)
+    return randn(B, t, D_MODEL, seed=seed, dtype=dtype)
 
 
 def own_full(student, x, params):
@@ -65,50 +67,50 @@ def own_full(student, x, params):
 
 
 def pieces(student, x, params, first=1, chunk=1):
-    outputs = cached_attention(student, A.cache_calls(x, first, chunk), params=params, dtype=x.dtype)
-    return A.joined_new_outputs(outputs, x.shape[-1])
+    outputs = cached_attention(student, cache_calls(x, first, chunk), params=params, dtype=x.dtype)
+    return joined_new_outputs(outputs, x.shape[-1])
 
 
 def test_computes_attention(student):
     """The gate, on the full forward without the cache."""
     x = x_of(501)
-    substance.attention_module(lambda params: own_full(student, x, params), A.mha_parameters(seed=502))
+    substance.attention_module(lambda params: own_full(student, x, params), mha_parameters(seed=502))
 
 
 def test_full_forward_matches_causal_attention(student):
-    params, x = A.mha_parameters(seed=510), x_of(511)
+    params, x = mha_parameters(seed=510), x_of(511)
     [output] = cached_attention(student, [("forward", (x,), {})], params=params)
-    checks.close(output, A.causal_mha(params, A.H, x)[0], "forward(x) without the cache",
+    checks.close(output, causal_mha(params, H, x)[0], "forward(x) without the cache",
                  "Without the cache this is ordinary causal multi-head self-attention.")
 
 
 def test_token_by_token_matches_full_attention(student):
-    params, x = A.mha_parameters(seed=520), x_of(521)
+    params, x = mha_parameters(seed=520), x_of(521)
     checks.same(pieces(student, x, params), own_full(student, x, params),
                 "The outputs of one token at a time, concatenated, against your own forward(x)",
-                mistakes=named_mistakes(params, A.H, x, 1, 1))
+                mistakes=named_mistakes(params, H, x, 1, 1))
 
 
 def test_prompt_then_tokens(student):
-    params, x = A.mha_parameters(seed=530), x_of(531)
+    params, x = mha_parameters(seed=530), x_of(531)
     checks.same(pieces(student, x, params, first=4), own_full(student, x, params),
                 "A 4-token prompt followed by single tokens, against your own forward(x)",
-                mistakes=named_mistakes(params, A.H, x, 4, 1))
+                mistakes=named_mistakes(params, H, x, 4, 1))
 
 
 def test_chunks_of_several_tokens(student):
-    params, x = A.mha_parameters(seed=540), x_of(541, t=40)  # longer than anything in the notebook
+    params, x = mha_parameters(seed=540), x_of(541, t=40)  # longer than anything in the notebook
     checks.same(pieces(student, x, params, first=2, chunk=3), own_full(student, x, params),
                 "A 2-token prompt followed by chunks of 3 tokens (40 tokens), against your own forward(x)",
-                mistakes=named_mistakes(params, A.H, x, 2, 3))
+                mistakes=named_mistakes(params, H, x, 2, 3))
 
 
 def test_reset_starts_a_new_sequence(student):
     """After reset_cache() a sequence gives what it gives on a fresh module, fed the same way: so
     everything the cache keeps (keys, values, any position counter) must start again."""
-    params, first, second = A.mha_parameters(seed=550), x_of(551), x_of(552)
-    before = A.cache_calls(first, first=2, chunk=3)
-    outputs = cached_attention(student, before + A.cache_calls(second, first=3, chunk=2), params=params)
+    params, first, second = mha_parameters(seed=550), x_of(551), x_of(552)
+    before = cache_calls(first, first=2, chunk=3)
+    outputs = cached_attention(student, before + cache_calls(second, first=3, chunk=2), params=params)
     tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
     checks.same(torch.cat(tail, dim=1), pieces(student, second, params, first=3, chunk=2),
                 "A second sequence after reset_cache(), against the same sequence on a fresh module",
@@ -116,7 +118,7 @@ def test_reset_starts_a_new_sequence(student):
 
 
 def test_keeps_float32(student):
-    params = A.mha_parameters(seed=560, dtype=torch.float32)
+    params = mha_parameters(seed=560, dtype=torch.float32)
     x = x_of(561, dtype=torch.float32)
     result = pieces(student, x, params, first=3)
     checks.dtype(result, torch.float32, "The cached output", "Avoid hard-coded dtypes.")

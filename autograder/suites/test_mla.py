@@ -9,7 +9,10 @@ as well, so a RoPE slip is charged to apply_rope alone."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import B, crash_hint, named, randn, run_module
+from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, piece_bounds
+from autograder.suites.helpers.latent import (MLA_SIZES, mla, mla_attend, mla_cache_entries, mla_parameters,
+                                              mla_shapes, reference_or_own_rope, rope, students_rope)
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
@@ -32,15 +35,15 @@ CAUSES = {
                        "turned key, as the statement says and as absorbed_attention reads it; turn it once, at the "
                        "token's position, before appending it",
 }
-SIZES = A.MLA_SIZES
+SIZES = MLA_SIZES
 D_MODEL, H, D_HEAD, D_LATENT, D_ROPE = SIZES
 T = 9
 
 
 def run(student, params, calls, dtype=torch.float64, held=False):
     """One MultiHeadLatentAttention with params, the calls run on it; returns (outputs, reply)."""
-    with A.crash_hint(CAUSES["layout"]):
-        reply = A.run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls,
+    with crash_hint(CAUSES["layout"]):
+        reply = run_module(student, "MultiHeadLatentAttention", SIZES, {}, params=params, dtype=dtype, calls=calls,
                              held=held)
     return [checks.tensor(output, "MultiHeadLatentAttention(x)") if call[0] == "forward" else output
             for call, output in zip(calls, reply["outputs"])], reply
@@ -51,44 +54,44 @@ def own_full(student, params, x):
 
 
 def pieces(student, params, x, first=1, chunk=1):
-    outputs, reply = run(student, params, A.cache_calls(x, first, chunk), x.dtype)
-    return A.joined_new_outputs(outputs, D_MODEL, "d_model"), reply
+    outputs, reply = run(student, params, cache_calls(x, first, chunk), x.dtype)
+    return joined_new_outputs(outputs, D_MODEL, "d_model"), reply
 
 
 def mistaken_pieces(params, x, first, chunk, mistake):
     """What a mistaken cache gives, fed the same way."""
     latent, k_rope, outputs = x[:, :0, :D_LATENT], x[:, :0, :D_ROPE], []
-    for start, end in A.piece_bounds(x.shape[1], first, chunk):
+    for start, end in piece_bounds(x.shape[1], first, chunk):
         positions = torch.arange(end - start) if mistake == "positions_from_zero" else torch.arange(start, end)
-        new_latent, new_rope = A.mla_cache_entries(params, x[:, start:end], positions)
+        new_latent, new_rope = mla_cache_entries(params, x[:, start:end], positions)
         if mistake == "never_appended":
             latent, k_rope = new_latent, new_rope
         else:
             latent, k_rope = torch.cat([latent, new_latent], 1), torch.cat([k_rope, new_rope], 1)
-        outputs.append(A.mla_attend(params, x[:, start:end], latent, k_rope, positions,
+        outputs.append(mla_attend(params, x[:, start:end], latent, k_rope, positions,
                                     mask_offset=mistake != "no_offset"))
     return torch.cat(outputs, dim=1)
 
 
 def named_cached(params, x, first, chunk):
-    return A.named(CAUSES, **{key: mistaken_pieces(params, x, first, chunk, key)
+    return named(CAUSES, **{key: mistaken_pieces(params, x, first, chunk, key)
                               for key in ("positions_from_zero", "never_appended", "no_offset")})
 
 
 def x_of(seed, t=T, dtype=torch.float64):
-    return A.randn(A.B, t, D_MODEL, seed=seed, dtype=dtype)
+    return randn(B, t, D_MODEL, seed=seed, dtype=dtype)
 
 
 def test_computes_attention(student):
     """The gate, on the full forward."""
     x = x_of(401)
-    substance.attention_module(lambda params: own_full(student, params, x), A.mla_parameters(seed=402),
+    substance.attention_module(lambda params: own_full(student, params, x), mla_parameters(seed=402),
                                keys="W_uk")
 
 
 def test_projection_shapes(student):
     parameters = student.module("MultiHeadLatentAttention", SIZES)["parameters"]
-    for name, shape in A.mla_shapes().items():
+    for name, shape in mla_shapes().items():
         checks.require(f"{name}.weight" in parameters, f"The module has no {name}.",
                        "Name the projections W_q, W_qr, W_dkv, W_uk, W_uv, W_kr, W_o.")
         checks.shape(parameters[f"{name}.weight"], shape, f"{name}.weight", CAUSES["layout"])
@@ -97,26 +100,26 @@ def test_projection_shapes(student):
 
 
 def test_matches_the_reference(student):
-    params, x = A.mla_parameters(seed=410), x_of(411)
+    params, x = mla_parameters(seed=410), x_of(411)
     output = own_full(student, params, x)
-    want = A.reference_or_own_rope(student, output, lambda rope_of: A.mla(params, x, rope_of))
+    want = reference_or_own_rope(student, output, lambda rope_of: mla(params, x, rope_of))
     checks.close(output, want, "forward(x) without the cache",
                  "q_h = [W_q x]_h with [W_qr x]_h turned; k_h = [W_uk c]_h with the shared W_kr x turned; "
                  "v_h = [W_uv c]_h; causal softmax of q_h . k_h / sqrt(d_head + d_rope); W_o of the merged heads.",
-                 A.named(CAUSES, scale_head=A.mla(params, x, scale=D_HEAD ** -0.5),
-                         unrotated_key=A.mla(params, x, unrotated_key=True),
-                         rope_values=A.mla(params, x, rope_values=True), no_mask=A.mla(params, x, mask=False)))
+                 named(CAUSES, scale_head=mla(params, x, scale=D_HEAD ** -0.5),
+                         unrotated_key=mla(params, x, unrotated_key=True),
+                         rope_values=mla(params, x, rope_values=True), no_mask=mla(params, x, mask=False)))
 
 
 def test_token_by_token_equals_the_full_forward(student):
-    params, x = A.mla_parameters(seed=420), x_of(421)
+    params, x = mla_parameters(seed=420), x_of(421)
     checks.same(pieces(student, params, x)[0], own_full(student, params, x),
                 "One token at a time with use_cache=True, concatenated, against your own forward(x)",
                 mistakes=named_cached(params, x, 1, 1))
 
 
 def test_prompt_then_chunks(student):
-    params, x = A.mla_parameters(seed=430), x_of(431, t=20)
+    params, x = mla_parameters(seed=430), x_of(431, t=20)
     checks.same(pieces(student, params, x, first=5, chunk=3)[0], own_full(student, params, x),
                 "A 5-token prompt, then chunks of 3 tokens with use_cache=True, against your own forward(x)",
                 mistakes=named_cached(params, x, 5, 3))
@@ -129,11 +132,11 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
     a global, a closure) still answers with the old ones.  What it keeps, counted: the tensors the
     module holds outside its parameters may grow by no more than d_latent + d_rope per token.  What it
     keeps, read: the RoPE key in the cache is the turned one."""
-    params, x = A.mla_parameters(seed=440), x_of(441, t=9)
-    changed = {name: A.randn(*value.shape, seed=442 + i) * value.std() if name in ("W_uk.weight", "W_uv.weight")
+    params, x = mla_parameters(seed=440), x_of(441, t=9)
+    changed = {name: randn(*value.shape, seed=442 + i) * value.std() if name in ("W_uk.weight", "W_uv.weight")
                else value for i, (name, value) in enumerate(params.items())}
-    pieces_of = A.cache_calls(x, first=6, chunk=3)
-    switch = ("load", {name: changed[name] for name in ("W_uk.weight", "W_uv.weight")})
+    pieces_of = cache_calls(x, first=6, chunk=3)
+    switch = ("set_parameters", {name: changed[name] for name in ("W_uk.weight", "W_uv.weight")})
     switched, reply = run(student, params, pieces_of[:2] + [switch] + pieces_of[2:])
     throughout, _ = run(student, changed, pieces_of)
     prompt_only = run(student, changed, pieces_of[:2], held=True)[1]
@@ -143,9 +146,9 @@ def test_cache_holds_the_latent_and_the_rope_key_only(student):
     checks.same(new[0], want[0], "3 new tokens after a 6-token prompt, W_uk and W_uv changed between the two, "
                 "against the same run with the new weights from the start",
                 f"Likely cause: {CAUSES['cached_keys']}: they hold what the old W_uk and W_uv made.")
-    if not checks.is_close(want[0], A.mla(changed, x, unrotated_key=True)[:, 6:]):  # a key never turned is charged once
+    if not checks.is_close(want[0], mla(changed, x, unrotated_key=True)[:, 6:]):  # a key never turned is charged once
         check_rope_key_turned(student, changed, x[:, :6], prompt_only["held"])
-    per_token = (reply["held_elements"] - prompt_only["held_elements"]) / (A.B * 3)
+    per_token = (reply["held_elements"] - prompt_only["held_elements"]) / (B * 3)
     most = D_LATENT + D_ROPE
     if per_token > most:
         found = {most + 2 * H * D_HEAD: CAUSES["cached_keys"], 2 * H * D_HEAD + D_ROPE: CAUSES["cached_keys"],
@@ -172,16 +175,16 @@ def check_rope_key_turned(student, params, prompt, held):
     unturned (turning it when read gives the same outputs, but not what absorbed_attention is handed)
     holds W_kr x where the turned key should be."""
     positions = torch.arange(prompt.shape[1])
-    unturned = A.mla_cache_entries(params, prompt, positions, unrotated_key=True)[1]
+    unturned = mla_cache_entries(params, prompt, positions, unrotated_key=True)[1]
     windows = list(columns(held, *unturned.shape))
 
     def holds_turned(rope_of):
-        turned = A.mla_cache_entries(params, prompt, positions, rope_of)[1]
+        turned = mla_cache_entries(params, prompt, positions, rope_of)[1]
         return any(checks.is_close(window, turned) for window in windows)
 
-    if holds_turned(A.rope):
+    if holds_turned(rope):
         return
-    theirs = A.students_rope(student)  # a RoPE slip is charged to apply_rope alone
+    theirs = students_rope(student)  # a RoPE slip is charged to apply_rope alone
     if theirs is not None and holds_turned(theirs):
         return
     checks.require(not any(checks.is_close(window, unturned) for window in windows),
@@ -190,15 +193,15 @@ def check_rope_key_turned(student, params, prompt, held):
 
 
 def test_reset_starts_a_new_sequence(student):
-    params, first, second = A.mla_parameters(seed=450), x_of(451), x_of(452)
-    before = A.cache_calls(first, 2, 3)
-    outputs, _ = run(student, params, before + A.cache_calls(second, 3, 2))
+    params, first, second = mla_parameters(seed=450), x_of(451), x_of(452)
+    before = cache_calls(first, 2, 3)
+    outputs, _ = run(student, params, before + cache_calls(second, 3, 2))
     tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
     checks.same(torch.cat(tail, dim=1), pieces(student, params, second, first=3, chunk=2)[0],
                 "A second sequence after reset_cache(), against the same sequence on a fresh module", CAUSES["reset"])
 
 
 def test_keeps_float32(student):
-    params = A.mla_parameters(dtype=torch.float32, seed=460)
+    params = mla_parameters(dtype=torch.float32, seed=460)
     output, _ = pieces(student, params, x_of(461, dtype=torch.float32), first=3)
     checks.dtype(output, torch.float32, "The cached output", "Avoid hard-coded dtypes.")

@@ -5,7 +5,8 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_V, H, SK, SQ, attention, crash_hint, named, pick, qkv,
+                                              torch_attention, torch_weights)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -20,7 +21,7 @@ CAUSES = {
 
 
 def numpy_attention(student, Q, K, V):
-    with A.crash_hint(CAUSES["swap_axes"]):
+    with crash_hint(CAUSES["swap_axes"]):
         reply = student.call("attention", Q, K, V)
     output, weights = checks.pair(reply["output"], "attention")
     checks.tensor(output, "The output of attention", "ndarray")
@@ -31,29 +32,29 @@ def numpy_attention(student, Q, K, V):
 def named_mistakes(Q, K, V):
     """What each named mistake gives for attention(Q, K, V): cause text -> (output, weights)."""
     q, k, v = (torch.from_numpy(a) for a in (Q, K, V))
-    found = dict(no_scale=A.attention(q, k, v, scale=1.0), softmax_over_queries=A.attention(q, k, v, dim=-2),
-                 scale_d_v=A.attention(q, k, v, scale=1 / math.sqrt(V.shape[-1])))
+    found = dict(no_scale=attention(q, k, v, scale=1.0), softmax_over_queries=attention(q, k, v, dim=-2),
+                 scale_d_v=attention(q, k, v, scale=1 / math.sqrt(V.shape[-1])))
     if K.ndim == 4:
         # K.T on [B, H, S, d] gives [d, S, H, B]; only the harmless square cases would broadcast
-        found["divide_by_d_k"] = A.attention(q, k, v, scale=1 / Q.shape[-1])
-    return A.named(CAUSES, **{key: tuple(t.numpy() for t in pair) for key, pair in found.items()})
+        found["divide_by_d_k"] = attention(q, k, v, scale=1 / Q.shape[-1])
+    return named(CAUSES, **{key: tuple(t.numpy() for t in pair) for key, pair in found.items()})
 
 
 def inputs(leading=(), scale=1.0, seed=0):
-    q, k, v = A.qkv(leading, seed=seed)
+    q, k, v = qkv(leading, seed=seed)
     return q.numpy() * scale, k.numpy(), v.numpy()
 
 
 def expected(Q, K, V):
     q, k, v = map(torch.from_numpy, (Q, K, V))
-    return A.torch_attention(q, k, v).numpy(), A.torch_weights(q, k).numpy()
+    return torch_attention(q, k, v).numpy(), torch_weights(q, k).numpy()
 
 
 def test_computes_attention(student):
     """The gate, on one sequence."""
     def call(q, k, v):
         return tuple(map(checks.as_tensor, numpy_attention(student, q.numpy(), k.numpy(), v.numpy())))
-    substance.attention_function(call, *A.qkv((), seed=5))
+    substance.attention_function(call, *qkv((), seed=5))
 
 
 def test_returns_numpy_arrays(student):
@@ -62,20 +63,20 @@ def test_returns_numpy_arrays(student):
 
 def test_shapes_for_one_sequence(student):
     output, weights = numpy_attention(student, *inputs())
-    checks.shape(output, (A.SQ, A.D_V), "The output", "The output has one row per query and d_v columns.")
-    checks.shape(weights, (A.SQ, A.SK), "The weights", "The weights have one row per query, one column per key.")
+    checks.shape(output, (SQ, D_V), "The output", "The output has one row per query and d_v columns.")
+    checks.shape(weights, (SQ, SK), "The weights", "The weights have one row per query, one column per key.")
 
 
 def test_shapes_with_batch_dimensions(student):
-    output, weights = numpy_attention(student, *inputs((A.B,)))
-    checks.shape(output, (A.B, A.SQ, A.D_V), "The output for [B, S, d] inputs", CAUSES["swap_axes"])
-    checks.shape(weights, (A.B, A.SQ, A.SK), "The weights for [B, S, d] inputs", CAUSES["swap_axes"])
+    output, weights = numpy_attention(student, *inputs((B,)))
+    checks.shape(output, (B, SQ, D_V), "The output for [B, S, d] inputs", CAUSES["swap_axes"])
+    checks.shape(weights, (B, SQ, SK), "The weights for [B, S, d] inputs", CAUSES["swap_axes"])
 
 
 def test_weights_rows_sum_to_one(student):
     _, weights = numpy_attention(student, *inputs(seed=1))
-    checks.shape(weights, (A.SQ, A.SK), "The weights")
-    checks.rows_sum_to_one(weights, "The weights", mistakes=A.pick(named_mistakes(*inputs(seed=1)), 1))
+    checks.shape(weights, (SQ, SK), "The weights")
+    checks.rows_sum_to_one(weights, "The weights", mistakes=pick(named_mistakes(*inputs(seed=1)), 1))
 
 
 def test_matches_torch_attention(student):
@@ -84,17 +85,17 @@ def test_matches_torch_attention(student):
     want_output, want_weights = expected(Q, K, V)
     mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights", "weights = softmax(Q K^T / sqrt(d_k)) over the keys.",
-                 A.pick(mistakes, 1))
-    checks.close(output, want_output, "The output", "output = weights @ V.", A.pick(mistakes, 0))
+                 pick(mistakes, 1))
+    checks.close(output, want_output, "The output", "output = weights @ V.", pick(mistakes, 0))
 
 
 def test_matches_torch_with_batch_dimensions(student):
-    Q, K, V = inputs((A.B, A.H), seed=3)
+    Q, K, V = inputs((B, H), seed=3)
     output, weights = numpy_attention(student, Q, K, V)
     want_output, want_weights = expected(Q, K, V)
     mistakes = named_mistakes(Q, K, V)
-    checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", A.pick(mistakes, 1))
-    checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", A.pick(mistakes, 0))
+    checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", pick(mistakes, 1))
+    checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", pick(mistakes, 0))
 
 
 def test_survives_large_scores(student):
@@ -102,4 +103,4 @@ def test_survives_large_scores(student):
     output, weights = numpy_attention(student, Q, K, V)
     checks.finite(weights, "The weights for large scores", CAUSES["unstable"])
     checks.close(output, expected(Q, K, V)[0], "The output for large scores", "",
-                 A.pick(named_mistakes(Q, K, V), 0))
+                 pick(named_mistakes(Q, K, V), 0))

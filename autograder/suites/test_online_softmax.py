@@ -6,7 +6,7 @@ running state (m, l) links one block to the next: the student's code never sees 
 import numpy as np
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import crash_hint, named, randn
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -25,7 +25,7 @@ EMPTY = "Start: m = -inf, l = 0. Step: m_new = max(m, max(block)); l_new = l * e
 
 def update(student, m, l, block):
     """One call of the student's update; returns (m, l, the inputs as they are after the call)."""
-    with A.crash_hint(CAUSES["shape"]):
+    with crash_hint(CAUSES["shape"]):
         reply = student.call("online_softmax_update", m, l, block, echo_args=True)
     new_m, new_l = checks.pair(reply["output"], "online_softmax_update(m, l, block)", ("m", "l"))
     return (checks.tensor(new_m, "The new m", "ndarray"), checks.tensor(new_l, "The new l", "ndarray"),
@@ -69,7 +69,7 @@ def mistaken_stream(x, width, mistake):
 
 def named_mistakes(x, width, index):
     """cause text -> the m (index 0) or l (index 1) each named mistake ends with."""
-    return A.named(CAUSES, **{key: mistaken_stream(x, width, key)[index]
+    return named(CAUSES, **{key: mistaken_stream(x, width, key)[index]
                               for key in ("no_rescale", "block_max", "all_masked", "no_shift")})
 
 
@@ -82,7 +82,7 @@ def compare(student, x, width, what):
 
 
 def scores(*shape, seed=0, scale=2.0):
-    return A.randn(*shape, seed=seed).numpy() * scale
+    return randn(*shape, seed=seed).numpy() * scale
 
 
 def test_updates_the_state(student):

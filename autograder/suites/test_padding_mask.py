@@ -4,7 +4,7 @@ import torch
 
 from autograder.harness import checks
 from autograder.pictures import Picture
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import H, named, qkv, torch_attention
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -26,7 +26,7 @@ def padding_mask(student, lengths, max_len):
 def named_mistakes(lengths, max_len):
     """What each named mistake gives: cause text -> mask."""
     positions = torch.arange(max_len)[None, :]
-    return A.named(CAUSES, off_by_one=(positions <= lengths[:, None])[:, None, None, :],
+    return named(CAUSES, off_by_one=(positions <= lengths[:, None])[:, None, None, :],
                    blocked_convention=(positions >= lengths[:, None])[:, None, None, :])
 
 
@@ -98,15 +98,15 @@ def test_blocks_keys_not_queries(student):
 
 def test_padded_keys_do_not_change_outputs(student):
     lengths = torch.tensor([3, 6])
-    q, k, v = A.qkv((2, A.H), sq=6, sk=6)
+    q, k, v = qkv((2, H), sq=6, sk=6)
     mask = padding_mask(student, lengths, 6)
     checks.require(mask.dtype == torch.bool, "padding_mask does not return a boolean tensor.")
     try:
-        output = A.torch_attention(q, k, v, mask)
+        output = torch_attention(q, k, v, mask)
     except RuntimeError:
         raise checks.Feedback("The padding mask does not broadcast against scores [B, H, Sq, Sk].",
                               "Return [B, 1, 1, S].") from None
     for b, length in enumerate(lengths.tolist()):
-        alone = A.torch_attention(q[b], k[b, :, :length], v[b, :, :length])
+        alone = torch_attention(q[b], k[b, :, :length], v[b, :, :length])
         checks.close(output[b], alone, f"Attention over sequence {b} with your mask",
                      "With the mask, a padded sequence must give what its unpadded keys alone give.")

@@ -1,7 +1,7 @@
 """Hidden tests for qkv_parameter_counts(d_model, num_heads, bias=False) -> dict of three counts."""
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import expect_value_error
 
 KEYS = ("full_heads", "split_heads", "fused")
 CASES = [(48, 6), (20, 4), (512, 8)]
@@ -95,5 +95,5 @@ def test_counts_biases(student):
 
 
 def test_rejects_indivisible_d_model(student):
-    A.expect_value_error(lambda: counts(student, 10, 3), "qkv_parameter_counts(10, 3)",
+    expect_value_error(lambda: counts(student, 10, 3), "qkv_parameter_counts(10, 3)",
                          CAUSES["divisible"])

@@ -5,7 +5,9 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.substance import differs, finite
-from autograder.suites import helpers as A
+from autograder.suites.helpers import common, latent
+from autograder.suites.helpers.common import (B, H, check_inputs_unchanged, crash_hint, expect_value_error,
+                                              randn)
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
@@ -27,29 +29,29 @@ S, D = 9, 8
 
 
 def rope(student, x, positions, **kwargs):
-    with A.crash_hint(CAUSES["shape"]):
+    with crash_hint(CAUSES["shape"]):
         reply = student.call("apply_rope", x, positions, **kwargs)
     return checks.tensor(reply["output"], "apply_rope(x, positions)")
 
 
 def named(x, positions):
     """cause text -> what each named mistake gives for these inputs."""
-    return A.named(CAUSES, half_split=A.rope(x, positions, half_split=True),
-                   clockwise=A.rope(x, positions, clockwise=True),
-                   frequency=A.rope(x, positions, frequency_per_dim=True),
-                   cos_only=A.rope(x, positions, cos_only=True),
-                   own_positions=A.rope(x, torch.arange(x.shape[-2])))
+    return common.named(CAUSES, half_split=latent.rope(x, positions, half_split=True),
+                   clockwise=latent.rope(x, positions, clockwise=True),
+                   frequency=latent.rope(x, positions, frequency_per_dim=True),
+                   cos_only=latent.rope(x, positions, cos_only=True),
+                   own_positions=latent.rope(x, torch.arange(x.shape[-2])))
 
 
 def compare(student, x, positions, what):
-    checks.close(rope(student, x, positions), A.rope(x, positions), what,
+    checks.close(rope(student, x, positions), latent.rope(x, positions), what,
                  "Pair i = (x[2i], x[2i+1]) turns by positions * base ** (-2i / d).", named(x, positions))
 
 
 def test_turns_with_the_position(student):
     """The gate: one vector repeated at positions 0..S-1 comes back different at each position,
     finite, and as long as it was (a rotation keeps lengths, give or take a scaling mistake)."""
-    row = A.randn(D, seed=300)
+    row = randn(D, seed=300)
     x = row.expand(S, D).clone()
     out = rope(student, x, torch.arange(S))
     checks.shape(out, (S, D), "apply_rope(x, positions)")
@@ -64,51 +66,51 @@ def test_turns_with_the_position(student):
 
 
 def test_returns_x_shape_and_dtype(student):
-    x = A.randn(A.B, A.H, S, D, seed=301, dtype=torch.float32)
+    x = randn(B, H, S, D, seed=301, dtype=torch.float32)
     out = rope(student, x, torch.arange(S))
     checks.shape(out, tuple(x.shape), "apply_rope(x, positions) for x [B, H, S, d]")
     checks.dtype(out, torch.float32, "apply_rope on float32 input", "Compute the angles, then cast cos and sin to x.dtype.")
     float64 = rope(student, x.double(), torch.arange(S))
     checks.dtype(float64, torch.float64, "apply_rope on float64 input", "Compute the angles, then cast cos and sin "
                  "to x.dtype (float64 stays float64).")
-    A.expect_value_error(lambda: student.call("apply_rope", A.randn(S, 7, seed=310), torch.arange(S)),
+    expect_value_error(lambda: student.call("apply_rope", randn(S, 7, seed=310), torch.arange(S)),
                          "apply_rope on x with d = 7", CAUSES["odd"])
 
 
 def test_leaves_x_unchanged(student):
-    x = A.randn(A.B, S, D, seed=311)
-    with A.crash_hint(CAUSES["shape"]):
+    x = randn(B, S, D, seed=311)
+    with crash_hint(CAUSES["shape"]):
         reply = student.call("apply_rope", x, torch.arange(S), echo_args=True)
-    A.check_inputs_unchanged(reply, (x,), ("x",), "apply_rope", CAUSES["in_place"])
+    check_inputs_unchanged(reply, (x,), ("x",), "apply_rope", CAUSES["in_place"])
 
 
 def test_position_zero_is_unchanged(student):
-    x = A.randn(A.B, 1, D, seed=302)
+    x = randn(B, 1, D, seed=302)
     checks.close(rope(student, x, torch.zeros(1, dtype=torch.long)), x, "apply_rope at position 0",
                  "At position 0 every angle is 0: the output is x.")
 
 
 def test_keeps_the_length_of_each_vector(student):
-    x = A.randn(A.B, S, D, seed=303)
+    x = randn(B, S, D, seed=303)
     positions = torch.arange(S) * 7
     checks.close(rope(student, x, positions).norm(dim=-1), x.norm(dim=-1), "The length of each vector after apply_rope",
                  "A rotation keeps lengths: x_even * cos - x_odd * sin, x_even * sin + x_odd * cos.",
-                 A.named(CAUSES, cos_only=A.rope(x, positions, cos_only=True).norm(dim=-1)))
+                 common.named(CAUSES, cos_only=latent.rope(x, positions, cos_only=True).norm(dim=-1)))
 
 
 def test_matches_the_reference(student):
-    compare(student, A.randn(A.B, A.H, S, D, seed=304), torch.arange(S), "apply_rope for positions 0..8, d = 8")
-    compare(student, A.randn(A.B, S, 64, seed=305), torch.arange(S), "apply_rope for positions 0..8, d = 64")
-    x = A.randn(A.B, S, D, seed=309)
-    checks.close(rope(student, x, torch.arange(S), base=500.0), A.rope(x, torch.arange(S), base=500.0),
+    compare(student, randn(B, H, S, D, seed=304), torch.arange(S), "apply_rope for positions 0..8, d = 8")
+    compare(student, randn(B, S, 64, seed=305), torch.arange(S), "apply_rope for positions 0..8, d = 64")
+    x = randn(B, S, D, seed=309)
+    checks.close(rope(student, x, torch.arange(S), base=500.0), latent.rope(x, torch.arange(S), base=500.0),
                  "apply_rope(x, positions, base=500.0)", "Pair i turns by positions * base ** (-2i / d), with the "
-                 "base given.", A.named(CAUSES, base=A.rope(x, torch.arange(S))))
+                 "base given.", common.named(CAUSES, base=latent.rope(x, torch.arange(S))))
 
 
 def test_positions_are_used_as_given(student):
     """A cache feeds later tokens alone: rows given positions 12..15 come out as they do at rows 12..15
     of a longer sequence (your own apply_rope both times, so only the positions are tested here)."""
-    longer = A.randn(A.B, 16, D, seed=306)
+    longer = randn(B, 16, D, seed=306)
     alone = rope(student, longer[:, 12:], torch.arange(12, 16))
     checks.close(alone, rope(student, longer, torch.arange(16))[:, 12:],
                  "apply_rope for 4 rows at positions 12..15, against rows 12..15 of apply_rope on 16 rows",
@@ -119,11 +121,11 @@ def test_positions_are_used_as_given(student):
                  CAUSES["own_positions"])
 def test_scores_depend_only_on_the_offset(student):
     """The defining property: rope(q, m) . rope(k, n) depends on m - n only."""
-    q, k = A.randn(S, D, seed=307), A.randn(S, D, seed=308)
+    q, k = randn(S, D, seed=307), randn(S, D, seed=308)
     positions = torch.arange(S)
     near = rope(student, q, positions) @ rope(student, k, positions).T
     far = rope(student, q, positions + 100) @ rope(student, k, positions + 100).T
     checks.close(far, near, "The scores of q and k both moved 100 positions on, against the scores before",
                  "Turning both by the same extra angle leaves their dot product unchanged, if it is a rotation.",
-                 A.named(CAUSES, cos_only=A.rope(q, positions + 100, cos_only=True)
-                         @ A.rope(k, positions + 100, cos_only=True).T))
+                 common.named(CAUSES, cos_only=latent.rope(q, positions + 100, cos_only=True)
+                         @ latent.rope(k, positions + 100, cos_only=True).T))

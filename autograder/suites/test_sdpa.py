@@ -11,7 +11,10 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers import common
+from autograder.suites.helpers.common import (B, BACKWARD_HINT, CUT_HINT, D_V, H, INPLACE_ERRORS, SK, SQ,
+                                              attention, crash_hint, named, pick, randn, random_mask,
+                                              torch_attention, torch_weights, tril)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -34,16 +37,16 @@ CAUSES = {
                 "(torch.softmax does this for you).",
     "dtype": "Avoid hard-coded dtypes (torch.tensor(..., dtype=torch.float32), .float()).",
     "float32": checks.FLOAT32_HINT,
-    "cut": A.CUT_HINT,
-    "backward_in_place": A.BACKWARD_HINT,
+    "cut": CUT_HINT,
+    "backward_in_place": BACKWARD_HINT,
 }
 
 
 def sdpa(student, q, k, v, mask=None, grad_outputs=None):
     """Call the student's scaled_dot_product_attention; returns ((output, weights), input grads)."""
     kwargs = {} if mask is None else {"mask": mask}
-    with A.crash_hint(CAUSES["backward_in_place"], A.INPLACE_ERRORS) if grad_outputs is not None else \
-            A.crash_hint([(("is invalid for input of size",), CAUSES["same_length"]),
+    with crash_hint(CAUSES["backward_in_place"], INPLACE_ERRORS) if grad_outputs is not None else \
+            crash_hint([(("is invalid for input of size",), CAUSES["same_length"]),
                           (("must match the size of tensor", "Dimension out of range"), CAUSES["transpose"])]):
         reply = student.call("scaled_dot_product_attention", q, k, v, grad=grad_outputs is not None,
                              grad_outputs=grad_outputs or (), **kwargs)
@@ -55,15 +58,15 @@ def sdpa(student, q, k, v, mask=None, grad_outputs=None):
 
 def named_mistakes(q, k, v, mask=None):
     """What each named mistake gives: cause text -> (output, weights)."""
-    found = dict(no_scale=A.attention(q, k, v, mask, scale=1.0),
-                 divide_by_d_k=A.attention(q, k, v, mask, scale=1 / q.shape[-1]),
-                 scale_d_v=A.attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1])),
-                 softmax_over_queries=A.attention(q, k, v, mask, dim=-2))
+    found = dict(no_scale=attention(q, k, v, mask, scale=1.0),
+                 divide_by_d_k=attention(q, k, v, mask, scale=1 / q.shape[-1]),
+                 scale_d_v=attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1])),
+                 softmax_over_queries=attention(q, k, v, mask, dim=-2))
     if mask is not None:
-        found.update(inverted_mask=A.attention(q, k, v, mask, invert=True),
-                     mask_after_softmax=A.attention(q, k, v, mask, mask_after=True),
-                     mask_ignored=A.attention(q, k, v), mask_added=A.attention(q, k, v, mask, add=True))
-    return A.named(CAUSES, **found)
+        found.update(inverted_mask=attention(q, k, v, mask, invert=True),
+                     mask_after_softmax=attention(q, k, v, mask, mask_after=True),
+                     mask_ignored=attention(q, k, v), mask_added=attention(q, k, v, mask, add=True))
+    return named(CAUSES, **found)
 
 
 def test_computes_attention(student):
@@ -72,78 +75,78 @@ def test_computes_attention(student):
     only computes attention, and loses the tests of the other ranks."""
     substance.any_passes(
         lambda leading=leading: substance.attention_function(lambda *qkv: sdpa(student, *qkv)[0],
-                                                             *A.qkv(leading, sk=A.SQ, seed=40))
-        for leading in [(A.B,), (A.B, A.H), ()])
+                                                             *common.qkv(leading, sk=SQ, seed=40))
+        for leading in [(B,), (B, H), ()])
 
 
 def test_shapes_with_any_leading_dims(student):
-    for leading in [(), (A.B,), (A.B, A.H), (A.B, 2, A.H)]:
-        q, k, v = A.qkv(leading)
+    for leading in [(), (B,), (B, H), (B, 2, H)]:
+        q, k, v = common.qkv(leading)
         (output, weights), _ = sdpa(student, q, k, v)
         where = f" for inputs with {len(leading)} leading dimension(s)"
-        checks.shape(output, (*leading, A.SQ, A.D_V), "The output" + where, CAUSES["transpose"])
-        checks.shape(weights, (*leading, A.SQ, A.SK), "The weights" + where, CAUSES["transpose"])
+        checks.shape(output, (*leading, SQ, D_V), "The output" + where, CAUSES["transpose"])
+        checks.shape(weights, (*leading, SQ, SK), "The weights" + where, CAUSES["transpose"])
 
 
 def test_weights_rows_sum_to_one(student):
-    q, k, v = A.qkv()
+    q, k, v = common.qkv()
     (_, weights), _ = sdpa(student, q, k, v)
-    checks.shape(weights, (A.B, A.H, A.SQ, A.SK), "The weights")
-    checks.rows_sum_to_one(weights, "Attention weights", mistakes=A.pick(named_mistakes(q, k, v), 1))
+    checks.shape(weights, (B, H, SQ, SK), "The weights")
+    checks.rows_sum_to_one(weights, "Attention weights", mistakes=pick(named_mistakes(q, k, v), 1))
 
 
 def test_matches_torch_attention(student):
-    q, k, v = A.qkv()
+    q, k, v = common.qkv()
     (output, weights), _ = sdpa(student, q, k, v)
     mistakes = named_mistakes(q, k, v)
-    checks.close(weights, A.torch_weights(q, k), "The attention weights", "", A.pick(mistakes, 1))
-    checks.close(output, A.torch_attention(q, k, v), "The output",
-                 "The weights are right, so the product with v is not.", A.pick(mistakes, 0))
+    checks.close(weights, torch_weights(q, k), "The attention weights", "", pick(mistakes, 1))
+    checks.close(output, torch_attention(q, k, v), "The output",
+                 "The weights are right, so the product with v is not.", pick(mistakes, 0))
 
 
 def test_matches_torch_attention_with_mask(student):
-    q, k, v = A.qkv()
-    mask = A.random_mask(A.B, A.H, A.SQ, A.SK)
+    q, k, v = common.qkv()
+    mask = random_mask(B, H, SQ, SK)
     (output, _), _ = sdpa(student, q, k, v, mask)
-    checks.close(output, A.torch_attention(q, k, v, mask), "The output with a mask", "",
-                 A.pick(named_mistakes(q, k, v, mask), 0))
+    checks.close(output, torch_attention(q, k, v, mask), "The output with a mask", "",
+                 pick(named_mistakes(q, k, v, mask), 0))
 
 
 def test_masked_weights_are_exactly_zero(student):
-    q, k, v = A.qkv()
-    mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=1)
+    q, k, v = common.qkv()
+    mask = random_mask(B, H, SQ, SK, seed=1)
     (_, weights), _ = sdpa(student, q, k, v, mask)
     checks.shape(weights, mask.shape, "The weights")
     checks.exactly_zero_where(weights, ~mask, "Weights on blocked keys (mask False)",
-                              mistakes=A.pick(named_mistakes(q, k, v, mask), 1))
+                              mistakes=pick(named_mistakes(q, k, v, mask), 1))
 
 
 def test_masking_equals_dropping_the_keys(student):
     """A key blocked for every query changes nothing but its own absence: the masked call must
     equal the student's own unmasked call on the remaining keys."""
-    q, k, v = A.qkv()
+    q, k, v = common.qkv()
     keep = torch.tensor([True, False, True, True, False, True, False])
-    mask = keep.expand(A.SQ, A.SK)
+    mask = keep.expand(SQ, SK)
     (masked, _), _ = sdpa(student, q, k, v, mask)
     (dropped, _), _ = sdpa(student, q, k[..., keep, :], v[..., keep, :])
     checks.same(masked, dropped, "The output with some keys masked, against your own output without "
-                "those keys", mistakes=A.pick(named_mistakes(q, k, v, mask), 0))
+                "those keys", mistakes=pick(named_mistakes(q, k, v, mask), 0))
 
 
 def test_mask_broadcasts_over_batch_and_heads(student):
-    q, k, v = A.qkv()
-    for mask, kind in [(A.random_mask(A.SQ, A.SK, seed=2), "[Sq, Sk]"),
-                       (A.random_mask(A.B, 1, 1, A.SK, seed=3), "[B, 1, 1, Sk]")]:
+    q, k, v = common.qkv()
+    for mask, kind in [(random_mask(SQ, SK, seed=2), "[Sq, Sk]"),
+                       (random_mask(B, 1, 1, SK, seed=3), "[B, 1, 1, Sk]")]:
         (output, _), _ = sdpa(student, q, k, v, mask)
-        (expanded, _), _ = sdpa(student, q, k, v, mask.expand(A.B, A.H, A.SQ, A.SK).clone())
+        (expanded, _), _ = sdpa(student, q, k, v, mask.expand(B, H, SQ, SK).clone())
         checks.same(output, expanded, f"The output with a {kind} mask, against your own output with the "
                     "mask expanded to [B, H, Sq, Sk]",
                      "Let the mask broadcast against the scores (masked_fill and torch.where do).")
 
 
 def test_fully_masked_row_gives_zeros(student):
-    q, k, v = A.qkv()
-    mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=4)
+    q, k, v = common.qkv()
+    mask = random_mask(B, H, SQ, SK, seed=4)
     mask[:, :, 0] = False  # the first query may attend to nothing
     (output, weights), _ = sdpa(student, q, k, v, mask)
     hint = CAUSES["fully_masked_nan"]
@@ -154,7 +157,7 @@ def test_fully_masked_row_gives_zeros(student):
 
 
 def test_large_scores_stay_finite(student):
-    q, k, v = A.qkv(dtype=torch.float32, seed=8)
+    q, k, v = common.qkv(dtype=torch.float32, seed=8)
     q = q * 300  # scores in the thousands: exp() overflows float32 unless the maximum is subtracted
     (output, weights), _ = sdpa(student, q, k, v)
     hint = CAUSES["overflow"]
@@ -164,7 +167,7 @@ def test_large_scores_stay_finite(student):
 
 def test_keeps_float32_and_float64(student):
     for dtype in (torch.float32, torch.float64):
-        q, k, v = A.qkv(dtype=dtype)
+        q, k, v = common.qkv(dtype=dtype)
         (output, weights), _ = sdpa(student, q, k, v)
         hint = CAUSES["dtype"]
         checks.dtype(output, dtype, "The output", hint)
@@ -174,9 +177,9 @@ def test_keeps_float32_and_float64(student):
 def test_batching_equals_looping(student):
     """Each (batch, head) slice is attended on its own: the batched call must equal the student's
     own calls on the 2-D slices."""
-    q, k, v = A.qkv(seed=9)
+    q, k, v = common.qkv(seed=9)
     (batched, _), _ = sdpa(student, q, k, v)
-    for b, h in [(0, 0), (A.B - 1, A.H - 1)]:
+    for b, h in [(0, 0), (B - 1, H - 1)]:
         (alone, _), _ = sdpa(student, q[b, h], k[b, h], v[b, h])
         checks.same(batched[b, h], alone, f"The output of batch {b}, head {h}, against your own call on "
                     "that slice alone", "Only the last two dimensions may mix: the others are batch dimensions.")
@@ -184,9 +187,9 @@ def test_batching_equals_looping(student):
 
 def test_gradients_reach_q_k_v(student):
     """The gradients returned by autograd equal finite differences of the student's own forward."""
-    q, k, v = A.qkv()
-    mask = A.random_mask(A.B, A.H, A.SQ, A.SK, seed=5)
-    upstream = [A.randn(A.B, A.H, A.SQ, A.D_V, seed=20), A.randn(A.B, A.H, A.SQ, A.SK, seed=21)]
+    q, k, v = common.qkv()
+    mask = random_mask(B, H, SQ, SK, seed=5)
+    upstream = [randn(B, H, SQ, D_V, seed=20), randn(B, H, SQ, SK, seed=21)]
     _, grads = sdpa(student, q, k, v, mask, grad_outputs=upstream)
 
     def loss(*inputs):
@@ -196,7 +199,7 @@ def test_gradients_reach_q_k_v(student):
     inputs = [q, k, v]
     for index, (name, got) in enumerate(zip("qkv", grads)):
         checks.require(got is not None, f"No gradient reaches {name}.", CAUSES["cut"])
-        direction = A.randn(*inputs[index].shape, seed=30 + index)
+        direction = randn(*inputs[index].shape, seed=30 + index)
         step = 1e-3
         plus, minus = list(inputs), list(inputs)
         plus[index], minus[index] = inputs[index] + step * direction, inputs[index] - step * direction
@@ -208,12 +211,12 @@ def test_gradients_reach_q_k_v(student):
 
 
 def test_matches_reference_solution(student, reference):
-    q, k, v = A.qkv(leading=(A.B,), dtype=torch.float32, seed=7)
-    mask = A.tril(A.SQ, A.SK)
+    q, k, v = common.qkv(leading=(B,), dtype=torch.float32, seed=7)
+    mask = tril(SQ, SK)
     (output, weights), _ = sdpa(student, q, k, v, mask)
     want_output, want_weights = reference["scaled_dot_product_attention"](q, k, v, mask=mask)
     mistakes = named_mistakes(q, k, v, mask)
     checks.close(weights, want_weights, "The float32 weights (3-D inputs, causal mask)", "",
-                 A.pick(mistakes, 1))
+                 pick(mistakes, 1))
     checks.close(output, want_output, "The float32 output (3-D inputs, causal mask)", "",
-                 A.pick(mistakes, 0))
+                 pick(mistakes, 0))

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import B, SK, SQ, crash_hint, named, randn
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -26,7 +26,7 @@ CAUSES = {
 
 def softmax(student, x, **kwargs):
     """The student's softmax; returns (result, the input as it is after the call)."""
-    with A.crash_hint(CAUSES["keepdims"]):
+    with crash_hint(CAUSES["keepdims"]):
         reply = student.call("softmax", x, echo_args=True, **kwargs)
     return checks.tensor(reply["output"], "softmax(x)", "ndarray"), reply["args_after"][0]
 
@@ -39,22 +39,22 @@ def named_mistakes(x, axis=-1):
     """What each named mistake gives for softmax(x, axis)."""
     with np.errstate(all="ignore"):
         slice_max = x - x.max(axis=axis, keepdims=True)
-        found = A.named(CAUSES,
+        found = named(CAUSES,
                         no_max=np.exp(x) / np.exp(x).sum(axis=axis, keepdims=True),
                         global_max=np.exp(x - x.max()) / np.exp(x - x.max()).sum(axis=axis, keepdims=True),
                         global_sum=np.exp(slice_max) / np.exp(slice_max).sum())
         if x.ndim >= 2:
-            found.update(A.named(CAUSES, last_axis=numpy_softmax(x, -1), axis_0=numpy_softmax(x, 0)))
+            found.update(named(CAUSES, last_axis=numpy_softmax(x, -1), axis_0=numpy_softmax(x, 0)))
     return found
 
 
 def scores(*shape, seed=0, dtype=np.float64):
-    return A.randn(*shape, seed=seed).numpy().astype(dtype) * 3
+    return randn(*shape, seed=seed).numpy().astype(dtype) * 3
 
 
 def test_is_a_softmax(student):
     """The gate, on one 1-D slice: positive probabilities that follow the order of the scores."""
-    x = scores(A.SK, seed=8)
+    x = scores(SK, seed=8)
     result, _ = softmax(student, x)
     checks.shape(result, x.shape, "softmax of a 1-D array")
     probabilities = np.asarray(result, dtype=np.float64)
@@ -67,27 +67,27 @@ def test_is_a_softmax(student):
 
 
 def test_returns_an_array_of_the_same_shape(student):
-    for shape in [(A.SK,), (A.SQ, A.SK), (A.B, A.SQ, A.SK)]:
+    for shape in [(SK,), (SQ, SK), (B, SQ, SK)]:
         result, _ = softmax(student, scores(*shape))
         checks.shape(result, shape, f"softmax of a {len(shape)}-D array", CAUSES["keepdims"])
 
 
 def test_matches_softmax(student):
-    x = scores(A.B, A.SQ, A.SK, seed=1)
+    x = scores(B, SQ, SK, seed=1)
     result, _ = softmax(student, x)
     checks.close(result, numpy_softmax(x), "softmax(x)", "softmax(x) = exp(x - max) / sum(exp(x - max)).",
                  named_mistakes(x))
 
 
 def test_slices_sum_to_one(student):
-    x = scores(A.SQ, A.SK, seed=2)
+    x = scores(SQ, SK, seed=2)
     result, _ = softmax(student, x)
     checks.shape(result, x.shape, "softmax(x)")
     checks.rows_sum_to_one(result, "softmax(x)", mistakes=named_mistakes(x))
 
 
 def test_survives_large_inputs(student):
-    x = scores(A.SQ, A.SK, seed=3)
+    x = scores(SQ, SK, seed=3)
     for offset in (1000.0, -1000.0):
         result, _ = softmax(student, x + offset)
         checks.finite(result, f"softmax(x {'+' if offset > 0 else '-'} 1000)", CAUSES["overflow"])
@@ -96,7 +96,7 @@ def test_survives_large_inputs(student):
 
 
 def test_rows_on_different_scales(student):
-    x = scores(A.SQ, A.SK, seed=4)
+    x = scores(SQ, SK, seed=4)
     x[0] += 2000.0  # one row far above the others
     result, _ = softmax(student, x)
     checks.finite(result, "softmax of rows on very different scales", mistakes=named_mistakes(x))
@@ -104,7 +104,7 @@ def test_rows_on_different_scales(student):
 
 
 def test_respects_axis(student):
-    x = scores(A.B, A.SQ, A.SK, seed=5)
+    x = scores(B, SQ, SK, seed=5)
     for axis in (0, 1, -2):
         result, _ = softmax(student, x, axis=axis)
         checks.close(result, numpy_softmax(x, axis), f"softmax(x, axis={axis})",
@@ -112,14 +112,14 @@ def test_respects_axis(student):
 
 
 def test_keeps_float32(student):
-    x = scores(A.SQ, A.SK, seed=6, dtype=np.float32)
+    x = scores(SQ, SK, seed=6, dtype=np.float32)
     result, _ = softmax(student, x)
     checks.dtype(result, np.dtype(np.float32), "softmax of a float32 array",
                  CAUSES["float64"])
 
 
 def test_leaves_input_unchanged(student):
-    x = scores(A.SQ, A.SK, seed=7)
+    x = scores(SQ, SK, seed=7)
     _, after = softmax(student, x.copy())
     checks.require(np.array_equal(after, x), "softmax(x) changed the array it was given.",
                    CAUSES["in_place"])

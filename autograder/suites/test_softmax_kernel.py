@@ -7,7 +7,8 @@ test's rows are a slice of wider rows, so a row found from a contiguous layout s
 import torch
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import check_inputs_unchanged, crash_hint, named, randn
+from autograder.suites.helpers.kernels import OUT_OF_BOUNDS, TRITON_CRASHES, check_kernel_work, laid_out
 
 CAUSES = {
     "no_mask": "a load or store without the mask cols < n_cols: the lanes of the block past the row's end (BLOCK is "
@@ -27,7 +28,7 @@ STATEMENT = ("One program per row: load x_ptr + row * x_row_stride + tl.arange(0
 
 def softmax(student, x, **options):
     """(the output, the reply) of the student's triton_softmax(x)."""
-    with A.crash_hint([(A.OUT_OF_BOUNDS, CAUSES["no_mask"])] + A.TRITON_CRASHES):
+    with crash_hint([(OUT_OF_BOUNDS, CAUSES["no_mask"])] + TRITON_CRASHES):
         reply = student.call("triton_softmax", x, **options)
     return checks.tensor(reply["output"], "triton_softmax(x)"), reply
 
@@ -44,7 +45,7 @@ def named_mistakes(x):
     exponentials = torch.exp(x.float()).double()
     found = dict(other_zero=other_zero, stride=torch.softmax(contiguous_rows, dim=-1),
                  no_max=exponentials / exponentials.sum(-1, keepdim=True))
-    return A.named(CAUSES, **{key: value.to(x.dtype) for key, value in found.items()})
+    return named(CAUSES, **{key: value.to(x.dtype) for key, value in found.items()})
 
 
 def compare(student, x, what, hint=STATEMENT):
@@ -53,7 +54,7 @@ def compare(student, x, what, hint=STATEMENT):
 
 
 def rows(n, cols, seed, scale=2.0, dtype=torch.float32):
-    return (A.randn(n, cols, seed=seed) * scale).to(dtype)
+    return (randn(n, cols, seed=seed) * scale).to(dtype)
 
 
 def test_is_a_softmax(student):
@@ -83,7 +84,7 @@ def test_matches_softmax(student):
     y, reply = softmax(student, x, echo_args=True)
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(x), 6 rows of 64", STATEMENT,
                  lambda: named_mistakes(x))
-    A.check_inputs_unchanged(reply, (x,), ("x",), "triton_softmax(x)", CAUSES["in_place"])
+    check_inputs_unchanged(reply, (x,), ("x",), "triton_softmax(x)", CAUSES["in_place"])
 
 
 def cut_short(x, y):
@@ -108,9 +109,9 @@ def test_columns_not_a_power_of_two(student):
 
 
 def test_rows_with_a_stride(student):
-    big = A.randn(5, 96, seed=6).float() * 2
+    big = randn(5, 96, seed=6).float() * 2
     x = big[:, 10:74]   # 64 columns, rows 96 elements apart
-    y, _ = softmax(student, A.laid_out(x))
+    y, _ = softmax(student, laid_out(x))
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(big[:, 10:74]), rows 96 elements apart",
                  "Row r starts at x_ptr + r * x.stride(0).", lambda: named_mistakes(x))
 
@@ -135,4 +136,4 @@ def test_the_kernel_does_the_work(student):
     y, reply = softmax(student, x, count=True)
     checks.close(y, torch.softmax(x.double(), dim=-1).float(), "triton_softmax(x) of the counted call",
                  "The counted call must first give the right answer.", lambda: named_mistakes(x))
-    A.check_kernel_work(reply, "triton_softmax(x)", least_addressed=x.numel(), programs=x.shape[0])
+    check_kernel_work(reply, "triton_softmax(x)", least_addressed=x.numel(), programs=x.shape[0])

@@ -11,7 +11,10 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
+                                              crash_hint, named, qkv, tril)
+from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, check_measured_values, check_memory,
+                                             check_work, logsumexp, memory_reference, tiled_attention)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -50,7 +53,7 @@ def flash(student, q, k, v, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **op
     """(out, lse, the reply) of the student's flash_attention; block_q=None leaves both blocks at the
     statement's defaults (the call passes q, k, v and causal only)."""
     blocks = () if block_q is None else (block_q, block_k)
-    with A.crash_hint(CAUSES["shapes"]):
+    with crash_hint(CAUSES["shapes"]):
         reply = student.call("flash_attention", q, k, v, causal, *blocks, **options)
     out, lse = checks.pair(reply["output"], "flash_attention(q, k, v)", ("out", "lse"))
     return checks.tensor(out, "out"), checks.tensor(lse, "lse"), reply
@@ -58,48 +61,24 @@ def flash(student, q, k, v, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **op
 
 def mistaken(q, k, v, causal, block_q, block_k, mistake):
     """(out, lse) of a named mistake, tiled as the statement says."""
-    *lead, sq, d = q.shape
-    sk = k.shape[-2]
-    out, lse = torch.zeros(*lead, sq, v.shape[-1], dtype=q.dtype), torch.zeros(*lead, sq, dtype=q.dtype)
-    for i0 in range(0, sq, block_q):
-        i1 = min(i0 + block_q, sq)
-        m = torch.full((*lead, i1 - i0), -math.inf, dtype=q.dtype)
-        l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, v.shape[-1], dtype=q.dtype)
-        for j0 in range(0, sk, block_k):
-            j1 = min(j0 + block_k, sk)
-            if causal and (j0 > i0 if mistake == "skip_from_first_query" else j0 >= i1):
-                continue
-            s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) / math.sqrt(d)
-            if causal and mistake != "no_diagonal_mask":
-                s = s.masked_fill(torch.arange(j0, j1) > torch.arange(i0, i1)[:, None], -math.inf)
-            m_new = torch.maximum(m, s.amax(dim=-1))
-            p = torch.exp(s - m_new[..., None])
-            rescale = torch.exp(m - m_new)
-            l_tile = p.sum(dim=-1)
-            l = l * rescale + l_tile
-            acc = (acc if mistake == "no_rescale" else acc * rescale[..., None]) + p @ v[..., j0:j1, :]
-            m = m_new
-        out[..., i0:i1, :] = acc / l[..., None]
-        lse[..., i0:i1] = {"lse_last_tile": m + torch.log(l_tile), "lse_no_max": torch.log(l)}.get(
-            mistake, m + torch.log(l))
-    return out, lse
+    return tiled_attention(q, k, v, causal, block_q, block_k, mistake)
 
 
 def named_mistakes(q, k, v, causal, block_q, block_k, index):
     keys = ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
                                                             if causal else [])
-    return A.named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in keys})
+    return named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in keys})
 
 
-def inputs(sq, sk, seed, d=A.D_K, d_v=A.D_V, dtype=torch.float64, scale=1.0):
-    q, k, v = A.qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
+def inputs(sq, sk, seed, d=D_K, d_v=D_V, dtype=torch.float64, scale=1.0):
+    q, k, v = qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
     return q * scale, k, v
 
 
 def compare_output(student, q, k, v, what, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, hint=""):
     out, _, _ = flash(student, q, k, v, causal, block_q, block_k)
-    mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
-    checks.close(out, A.attention(q, k, v, mask)[0], f"out ({what})", hint,
+    mask = tril(q.shape[-2], k.shape[-2]) if causal else None
+    checks.close(out, attention(q, k, v, mask)[0], f"out ({what})", hint,
                  lambda: named_mistakes(q, k, v, causal, block_q, block_k, 0))
 
 
@@ -125,18 +104,18 @@ def test_computes_attention(student):
 
 
 def test_returns_output_and_logsumexp(student):
-    q, k, v = inputs(A.SQ, A.SK, seed=2)
+    q, k, v = inputs(SQ, SK, seed=2)
     out, lse, reply = flash(student, q, k, v, echo_args=True)
-    A.check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "flash_attention", CAUSES["in_place"])
-    checks.shape(out, (A.B, A.H, A.SQ, A.D_V), "out", "One output row of width d_v per query.")
-    checks.shape(lse, (A.B, A.H, A.SQ), "lse", "One logsumexp per query: [B, H, Sq].")
+    check_inputs_unchanged(reply, (q, k, v), ("q", "k", "v"), "flash_attention", CAUSES["in_place"])
+    checks.shape(out, (B, H, SQ, D_V), "out", "One output row of width d_v per query.")
+    checks.shape(lse, (B, H, SQ), "lse", "One logsumexp per query: [B, H, Sq].")
 
 
 def test_keeps_the_dtypes(student):
     """out in the inputs' dtype; lse too for float32 and float64 inputs (float64 is its own accumulation
     dtype, so buffers made in torch's default float32 round it)."""
     for dtype, seed in ((torch.float32, 3), (torch.float64, 13), (torch.bfloat16, 15)):
-        out, lse, _ = flash(student, *(t.to(dtype) for t in inputs(A.SQ, A.SK, seed=seed)))
+        out, lse, _ = flash(student, *(t.to(dtype) for t in inputs(SQ, SK, seed=seed)))
         checks.dtype(out, dtype, f"out ({dtype})", CAUSES["dtypes"])
         if dtype != torch.bfloat16:
             checks.dtype(lse, dtype, f"lse ({dtype})", CAUSES["dtypes"])
@@ -148,7 +127,7 @@ def half_precision_mistakes(q, k, v, index):
     wide = [t.float() for t in (q, k, v)]
     values = {key: mistaken(*wide, False, BLOCK_Q, BLOCK_K, key)[index]
               for key in ("no_rescale", "lse_last_tile", "lse_no_max")}
-    return A.named(CAUSES, half_state=mistaken(q, k, v, False, BLOCK_Q, BLOCK_K, None)[index], **values)
+    return named(CAUSES, half_state=mistaken(q, k, v, False, BLOCK_Q, BLOCK_K, None)[index], **values)
 
 
 def test_half_precision_keeps_the_state_in_float32(student):
@@ -160,9 +139,9 @@ def test_half_precision_keeps_the_state_in_float32(student):
     checks.dtype(lse, torch.float32, "lse", CAUSES["half_state"], inputs=torch.bfloat16)
     wide = [t.double() for t in (q, k, v)]
     property_ = "lse = m + log(l), every step in the accumulation dtype (float32 for bfloat16 inputs)."
-    checks.close(lse, A.logsumexp(*wide[:2]).float(), "lse (bfloat16 inputs)", property_,
+    checks.close(lse, logsumexp(*wide[:2]).float(), "lse (bfloat16 inputs)", property_,
                  lambda: half_precision_mistakes(q, k, v, 1))
-    checks.close(out.to(torch.bfloat16), A.attention(*wide)[0].to(torch.bfloat16), "out (bfloat16 inputs)", "",
+    checks.close(out.to(torch.bfloat16), attention(*wide)[0].to(torch.bfloat16), "out (bfloat16 inputs)", "",
                  lambda: half_precision_mistakes(q, k, v, 0))
 
 
@@ -176,7 +155,7 @@ def test_logsumexp(student):
     for causal, seed in ((False, 5), (True, 6)):
         q, k, v = inputs(64, 64 if causal else 80, seed=seed)
         _, lse, _ = flash(student, q, k, v, causal)
-        want = A.logsumexp(q, k, A.tril(64) if causal else None)
+        want = logsumexp(q, k, tril(64) if causal else None)
         checks.close(lse, want, f"lse ({'causal' if causal else 'not causal'})", "lse = m + log(l) after the last tile.",
                      lambda: named_mistakes(q, k, v, causal, BLOCK_Q, BLOCK_K, 1))
 
@@ -208,12 +187,12 @@ def test_causal_skips_tiles_above_the_diagonal(student):
     n, block_q, block_k = 72, 16, 8
     q, k, v = inputs(n, n, seed=10, d=8, d_v=8)
     out, _, reply = flash(student, q, k, v, True, block_q, block_k, count=True)
-    checks.close(out, A.attention(q, k, v, A.tril(n))[0], f"out of the counted call (causal, {n} tokens)",
+    checks.close(out, attention(q, k, v, tril(n))[0], f"out of the counted call (causal, {n} tokens)",
                  "The counted call must first give the right answer: the work of a wrong answer earns nothing.",
                  lambda: named_mistakes(q, k, v, True, block_q, block_k, 0))
     heads = q.shape[0] * q.shape[1]
     skip = heads * tile_skip_flops(n, 8, 8, block_q, block_k)
-    A.check_work(reply, f"flash_attention(causal=True) on {n} tokens with blocks of {block_q} and {block_k}",
+    check_work(reply, f"flash_attention(causal=True) on {n} tokens with blocks of {block_q} and {block_k}",
                  low=int(0.9 * heads * every_score_flops(n, 8, 8)), high=int(1.25 * skip),
                  observed=f"skipping the tiles above the diagonal needs {skip:,} in its matrix products.",
                  too_much=CAUSES["no_skip"])
@@ -228,28 +207,28 @@ def test_large_scores_stay_finite(student):
 def memory_input_mistakes(index, causal=False):
     """The named mistakes' out (index 0) or lse (1) on the memory input: the same for every submission,
     so worked out once per grading process, and only when an answer is wrong there."""
-    q, k, v, *_ = A.memory_reference(12, causal)
-    block = DEFAULT_BLOCK if causal else A.MEMORY_BLOCK
+    q, k, v, *_ = memory_reference(12, causal)
+    block = DEFAULT_BLOCK if causal else MEMORY_BLOCK
     return named_mistakes(q, k, v, causal, block, block, index)
 
 
 def test_memory_stays_below_one_score_matrix(student):
     """One measured call, in a fresh child: its values first, then what the kernel charged the child."""
-    q, k, v, *want = A.memory_reference(12)
-    block = A.MEMORY_BLOCK
+    q, k, v, *want = memory_reference(12)
+    block = MEMORY_BLOCK
     out, lse, reply = flash(student, q, k, v, False, block, block, measure_memory=True)
-    A.check_measured_values((out, lse), want, f"flash_attention on the {A.MEMORY_N}-token memory input", ("out", "lse"),
+    check_measured_values((out, lse), want, f"flash_attention on the {MEMORY_N}-token memory input", ("out", "lse"),
                             memory_input_mistakes)
-    A.check_memory(reply, "flash_attention", (q, k, v, out, lse), "score matrix", CAUSES["whole_matrix"])
+    check_memory(reply, "flash_attention", (q, k, v, out, lse), "score matrix", CAUSES["whole_matrix"])
 
 
 def test_causal_memory_stays_below_one_score_matrix(student):
     """The causal path, measured as the other: flash_attention(q, k, v, causal=True) with the statement's
     default blocks (64), so a causal path that builds a whole [S, S] mask or score matrix, or defaults
     that are not the statement's small tiles, shows."""
-    q, k, v, *want = A.memory_reference(12, causal=True)
+    q, k, v, *want = memory_reference(12, causal=True)
     out, lse, reply = flash(student, q, k, v, True, None, measure_memory=True)
-    A.check_measured_values((out, lse), want, f"flash_attention(causal=True) on the {A.MEMORY_N}-token memory input",
+    check_measured_values((out, lse), want, f"flash_attention(causal=True) on the {MEMORY_N}-token memory input",
                             ("out", "lse"), functools.partial(memory_input_mistakes, causal=True))
-    A.check_memory(reply, "flash_attention(causal=True)", (q, k, v, out, lse), "score matrix", CAUSES["causal_whole"],
+    check_memory(reply, "flash_attention(causal=True)", (q, k, v, out, lse), "score matrix", CAUSES["causal_whole"],
                    blocks=f"the default blocks of {DEFAULT_BLOCK}")

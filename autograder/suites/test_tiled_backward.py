@@ -11,7 +11,10 @@ import math
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
+                                              crash_hint, named, qkv, randn, tril)
+from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, check_measured_values, check_memory,
+                                             logsumexp, memory_gradients)
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -37,9 +40,9 @@ NAMES = ("dq", "dk", "dv")
 
 def backward(student, q, k, v, d_out, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K, **options):
     """(dq, dk, dv, the reply) of the student's backward, handed the true out and lse."""
-    mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
-    out, lse = A.attention(q, k, v, mask)[0], A.logsumexp(q, k, mask)
-    with A.crash_hint(CAUSES["shapes"]):
+    mask = tril(q.shape[-2], k.shape[-2]) if causal else None
+    out, lse = attention(q, k, v, mask)[0], logsumexp(q, k, mask)
+    with crash_hint(CAUSES["shapes"]):
         reply = student.call("flash_attention_backward", q, k, v, out, lse, d_out, causal, block_q, block_k,
                              **options)
     grads = checks.pair(reply["output"], "flash_attention_backward(...)", NAMES)
@@ -52,7 +55,7 @@ def autograd(q, k, v, d_out, mask=None, mistake=None, block_q=BLOCK_Q, block_k=B
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     scale = 1 / math.sqrt(q.shape[-1])
     if mistake is None:
-        out = A.attention(q, k, v, mask)[0]
+        out = attention(q, k, v, mask)[0]
         return torch.autograd.grad(out, (q, k, v), d_out)
     with torch.no_grad():
         seen = mask
@@ -62,23 +65,23 @@ def autograd(q, k, v, d_out, mask=None, mistake=None, block_q=BLOCK_Q, block_k=B
         scores = q @ k.transpose(-2, -1) * scale
         if seen is not None:
             scores = scores.masked_fill(~seen, -math.inf)
-        p = torch.exp(scores - A.logsumexp(q, k, mask)[..., None])
+        p = torch.exp(scores - logsumexp(q, k, mask)[..., None])
         dv = p.transpose(-2, -1) @ d_out
         dp = d_out @ v.transpose(-2, -1)
-        delta = 0 if mistake == "no_delta" else (d_out * A.attention(q, k, v, mask)[0]).sum(-1, keepdim=True)
+        delta = 0 if mistake == "no_delta" else (d_out * attention(q, k, v, mask)[0]).sum(-1, keepdim=True)
         ds = p * (dp - delta)
         factor = 1.0 if mistake == "no_scale" else scale
         return ds @ k * factor, ds.transpose(-2, -1) @ q * factor, dv
 
 
 def named_mistakes(q, k, v, d_out, mask, index, block_q, block_k):
-    return A.named(CAUSES, **{key: autograd(q, k, v, d_out, mask, key, block_q, block_k)[index]
+    return named(CAUSES, **{key: autograd(q, k, v, d_out, mask, key, block_q, block_k)[index]
                               for key in ("no_delta", "no_scale", "no_mask")})
 
 
-def inputs(sq, sk, seed, d=A.D_K, d_v=A.D_V, dtype=torch.float64):
-    q, k, v = A.qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
-    return q, k, v, A.randn(A.B, A.H, sq, d_v, seed=seed + 50, dtype=dtype)
+def inputs(sq, sk, seed, d=D_K, d_v=D_V, dtype=torch.float64):
+    q, k, v = qkv(sq=sq, sk=sk, d_k=d, d_v=d_v, dtype=dtype, seed=seed)
+    return q, k, v, randn(B, H, sq, d_v, seed=seed + 50, dtype=dtype)
 
 
 HINT = {"dv": "dV = P^T @ dO with P = exp(S - lse). " + CAUSES["accumulate"],
@@ -88,7 +91,7 @@ HINT = {"dv": "dV = P^T @ dO with P = exp(S - lse). " + CAUSES["accumulate"],
 
 def compare(student, q, k, v, d_out, what, names=NAMES, causal=False, block_q=BLOCK_Q, block_k=BLOCK_K):
     *grads, _ = backward(student, q, k, v, d_out, causal, block_q, block_k)
-    mask = A.tril(q.shape[-2], k.shape[-2]) if causal else None
+    mask = tril(q.shape[-2], k.shape[-2]) if causal else None
     want = autograd(q, k, v, d_out, mask)
     for index, name in enumerate(NAMES):
         if name in names:
@@ -112,10 +115,10 @@ def test_computes_gradients(student):
 
 
 def test_returns_three_gradients(student):
-    q, k, v, d_out = inputs(A.SQ, A.SK, seed=2)
+    q, k, v, d_out = inputs(SQ, SK, seed=2)
     dq, dk, dv, reply = backward(student, q, k, v, d_out, echo_args=True)
-    out, lse = A.attention(q, k, v)[0], A.logsumexp(q, k)
-    A.check_inputs_unchanged(reply, (q, k, v, out, lse, d_out), ("q", "k", "v", "out", "lse", "d_out"),
+    out, lse = attention(q, k, v)[0], logsumexp(q, k)
+    check_inputs_unchanged(reply, (q, k, v, out, lse, d_out), ("q", "k", "v", "out", "lse", "d_out"),
                              "flash_attention_backward", CAUSES["in_place"])
     for grad, source, name in zip((dq, dk, dv), (q, k, v), NAMES):
         checks.shape(grad, source.shape, name, CAUSES["shapes"])
@@ -143,8 +146,8 @@ def test_half_precision_works_in_float32(student):
     q, k, v, d_out = (t.to(torch.bfloat16) for t in inputs(256, 256, seed=7, d=32, d_v=32))
     q = 2 * q   # sharper weights: a bfloat16 state shows
     wide = [t.double() for t in (q, k, v)]
-    out, lse = A.attention(*wide)[0].to(torch.bfloat16), A.logsumexp(*wide[:2]).float()
-    with A.crash_hint(CAUSES["half_state"], when=("dtype", "scalar type")):
+    out, lse = attention(*wide)[0].to(torch.bfloat16), logsumexp(*wide[:2]).float()
+    with crash_hint(CAUSES["half_state"], when=("dtype", "scalar type")):
         reply = student.call("flash_attention_backward", q, k, v, out, lse, d_out, False, BLOCK_Q, BLOCK_K)
     grads = checks.pair(reply["output"], "flash_attention_backward(...)", NAMES)
     for grad, expected, name in zip(grads, autograd(*wide, d_out.double()), NAMES):
@@ -160,24 +163,24 @@ def memory_input_gradients():
     """What the named mistakes of the values give on the memory input (not causal, so no_mask is the
     right answer there): the same for every submission, so worked out once per grading process, and
     only when an answer is wrong there."""
-    q, k, v, d_out, *_ = A.memory_gradients(20)
-    return {key: autograd(q, k, v, d_out, None, key, A.MEMORY_BLOCK, A.MEMORY_BLOCK) for key in ("no_delta", "no_scale")}
+    q, k, v, d_out, *_ = memory_gradients(20)
+    return {key: autograd(q, k, v, d_out, None, key, MEMORY_BLOCK, MEMORY_BLOCK) for key in ("no_delta", "no_scale")}
 
 
 def memory_input_mistakes(index):
-    return A.named(CAUSES, **{key: grads[index] for key, grads in memory_input_gradients().items()})
+    return named(CAUSES, **{key: grads[index] for key, grads in memory_input_gradients().items()})
 
 
 def test_memory_stays_below_one_score_matrix(student):
     """One measured call, in a fresh child: its gradients first, then what the kernel charged the child."""
-    q, k, v, d_out, out, lse, *want = A.memory_gradients(20)
-    block = A.MEMORY_BLOCK
-    with A.crash_hint(CAUSES["shapes"]):
+    q, k, v, d_out, out, lse, *want = memory_gradients(20)
+    block = MEMORY_BLOCK
+    with crash_hint(CAUSES["shapes"]):
         reply = student.call("flash_attention_backward", q, k, v, out, lse, d_out, False, block, block,
                              measure_memory=True)
     grads = [checks.tensor(grad, name) for grad, name in
              zip(checks.pair(reply["output"], "flash_attention_backward(...)", NAMES), NAMES)]
-    A.check_measured_values(grads, want, f"flash_attention_backward on the {A.MEMORY_N}-token memory input", NAMES,
+    check_measured_values(grads, want, f"flash_attention_backward on the {MEMORY_N}-token memory input", NAMES,
                             memory_input_mistakes)
-    A.check_memory(reply, "flash_attention_backward", (q, k, v, d_out, out, lse, *grads), "matrix of weights",
+    check_memory(reply, "flash_attention_backward", (q, k, v, d_out, out, lse, *grads), "matrix of weights",
                    CAUSES["whole_matrix"])

@@ -7,7 +7,8 @@ MultiHeadAttention costs points in that exercise only."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import (B, D_MODEL, H, PROJECTIONS, SQ, mha_parameters, mha_stand_in,
+                                              named, randn, run_module, torch_mha, tril)
 
 # float32 unless a test says otherwise: the dtype has its own test.
 DTYPE = torch.float32
@@ -29,9 +30,9 @@ CAUSES = {
 def converted(student, bias=True, seed=10, dtype=DTYPE):
     """Convert a MultiHeadAttention with known weights; returns (the weights used, the
     description of the returned module)."""
-    params = A.mha_parameters(bias=bias, seed=seed, dtype=dtype)
-    reply = A.run_module(student, "MultiHeadAttention", (), params=params, dtype=dtype,
-                         functions=[("to_torch_mha", (), {})], stand_in=A.mha_stand_in(bias=bias))
+    params = mha_parameters(bias=bias, seed=seed, dtype=dtype)
+    reply = run_module(student, "MultiHeadAttention", (), params=params, dtype=dtype,
+                         functions=[("to_torch_mha", (), {})], stand_in=mha_stand_in(bias=bias))
     result = reply["outputs"][0]
     checks.require(isinstance(result, dict) and result.get("class") == TORCH_MHA,
                    "to_torch_mha did not return an nn.MultiheadAttention.",
@@ -50,8 +51,8 @@ def rebuilt(result):
 
 def stacking_mistakes(params, part):
     """description -> the stacked in_proj_<part> of a mistaken conversion."""
-    q, k, v = (params[f"{name}.{part}"] for name in A.PROJECTIONS[:3])
-    return A.named(CAUSES, keys_first=torch.cat([k, q, v]),
+    q, k, v = (params[f"{name}.{part}"] for name in PROJECTIONS[:3])
+    return named(CAUSES, keys_first=torch.cat([k, q, v]),
                    nothing_copied=torch.zeros_like(torch.cat([q, k, v])) if part == "bias" else None)
 
 
@@ -70,18 +71,18 @@ def test_returns_batch_first_multihead_attention(student):
     attributes = result["attributes"]
     checks.require(attributes.get("batch_first") is True, "The returned module has batch_first=False.",
                    CAUSES["batch_first"])
-    checks.require(attributes.get("embed_dim") == A.D_MODEL and attributes.get("num_heads") == A.H,
+    checks.require(attributes.get("embed_dim") == D_MODEL and attributes.get("num_heads") == H,
                    "The returned module has the wrong embed_dim or num_heads.",
                    CAUSES["sizes"])
 
 
 def test_stacks_input_projections(student):
     params, result = converted(student)
-    want = torch.cat([params[f"{name}.weight"] for name in A.PROJECTIONS[:3]])
+    want = torch.cat([params[f"{name}.weight"] for name in PROJECTIONS[:3]])
     checks.require("in_proj_weight" in result["state"], "The returned module has no in_proj_weight.")
     checks.close(result["state"]["in_proj_weight"].to(DTYPE), want, "in_proj_weight", "",
                  stacking_mistakes(params, "weight"))
-    want_bias = torch.cat([params[f"{name}.bias"] for name in A.PROJECTIONS[:3]])
+    want_bias = torch.cat([params[f"{name}.bias"] for name in PROJECTIONS[:3]])
     checks.require("in_proj_bias" in result["state"], "The returned module has no in_proj_bias, but the module "
                    "has biases.", CAUSES["bias_on"])
     checks.close(result["state"]["in_proj_bias"].to(DTYPE), want_bias, "in_proj_bias", "",
@@ -98,9 +99,9 @@ def test_copies_output_projection(student):
 
 def test_matches_module_outputs(student):
     params, result = converted(student, seed=20)
-    x = A.randn(A.B, A.SQ, A.D_MODEL, seed=21, dtype=DTYPE)
-    want, _ = A.torch_mha(params, A.H, x, x, x, A.tril(A.SQ))
-    got, _ = rebuilt(result)(x, x, x, attn_mask=~A.tril(A.SQ))
+    x = randn(B, SQ, D_MODEL, seed=21, dtype=DTYPE)
+    want, _ = torch_mha(params, H, x, x, x, tril(SQ))
+    got, _ = rebuilt(result)(x, x, x, attn_mask=~tril(SQ))
     checks.close(got.detach(), want.detach(), "The converted module's causal self-attention output")
 
 

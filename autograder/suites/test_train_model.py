@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks
-from autograder.suites import helpers as A
+from autograder.suites.helpers.common import run_module
 
 
 def trained_pattern_model(student, reference, num_heads, steps, sequences):
@@ -19,7 +19,7 @@ def trained_pattern_model(student, reference, num_heads, steps, sequences):
     key = ("trained_pattern_model", num_heads, steps, sequences)
     if key not in student.memo:
         inputs, targets = reference["make_pattern_data"](sequences, seed=1000)
-        reply = A.run_module(student, "PatternModel", (num_heads,), train=True, dtype=None,
+        reply = run_module(student, "PatternModel", (num_heads,), train=True, dtype=None,
                            functions=[("train_model", (inputs, targets), {"steps": steps, "lr": 1e-2})])
         model = reference["PatternModel"](num_heads)
         trained = reply["parameters"]
@@ -98,7 +98,7 @@ def moved(before, after):
 
 def unmoved(student, model, num_heads):
     """The cause, when the trained parameters are still the initial ones."""
-    initial = A.run_module(student, "PatternModel", (num_heads,), train=True, dtype=None)["parameters"]
+    initial = run_module(student, "PatternModel", (num_heads,), train=True, dtype=None)["parameters"]
     if not moved(initial, model.state_dict()):
         return CAUSES["unmoved"]
     return ""
@@ -135,8 +135,8 @@ def test_uses_the_learning_rate(student, reference):
     cause = unmoved(student, model, 4)
     checks.require(not cause, "train_model(..., lr=1e-2) left every parameter where it started.", cause)
     inputs, targets = reference["make_pattern_data"](16, seed=1001)
-    untouched = A.run_module(student, "PatternModel", (2,), train=True, dtype=None)["parameters"]
-    trained = A.run_module(student, "PatternModel", (2,), train=True, dtype=None,
+    untouched = run_module(student, "PatternModel", (2,), train=True, dtype=None)["parameters"]
+    trained = run_module(student, "PatternModel", (2,), train=True, dtype=None,
                            functions=[("train_model", (inputs, targets), {"steps": 3, "lr": 0.0})])["parameters"]
     changed = moved(untouched, trained)
     checks.require(not changed, f"train_model(..., lr=0.0) changed the parameters ({', '.join(changed[:3])}...).",

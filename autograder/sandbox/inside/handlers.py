@@ -4,7 +4,7 @@ Requests to a child (dicts with an "op"):
   load    run the notebook's code cells in order, one at a time, each under a time limit
   names   which of the given names the submission defines, and whether they are classes
   call    call a function with inputs, optionally back-propagate given output gradients
-  module  build an nn.Module, optionally load parameters, run steps on it (a method of the module,
+  module  build an nn.Module, optionally set its parameters, run steps on it (a method of the module,
           a notebook function that takes the module first, or new values for some parameters),
           back-propagate
 A request with "from_scratch" runs under the attention guard (guard.py).
@@ -92,7 +92,7 @@ def fresh_namespace():
 NAMESPACE = fresh_namespace()
 
 
-def load(request):
+def run_cells(request):
     results = []
     for index, cell in enumerate(request["cells"]):
         protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index}))
@@ -255,12 +255,12 @@ def build_module(request):
         raise TypeError(f"{request['cls']}(...) is not an nn.Module")
     if request.get("dtype"):
         module = module.to(request["dtype"])
-    load_parameters(module, request.get("load") or {}, request["cls"])
+    set_parameters(module, request.get("parameters") or {}, request["cls"])
     module.train(bool(request.get("train", False)))
     return module
 
 
-def load_parameters(module, values, cls):
+def set_parameters(module, values, cls):
     """Copy the given values into the module's own parameters (by name), in place."""
     with torch.no_grad():
         for name, value in values.items():
@@ -323,8 +323,8 @@ def module(request):
                 args = requires_grad(args)
             step_args.append(args)
             with work if step.get("count") else contextlib.nullcontext():
-                if step.get("load"):  # the grader changes parameters between two steps
-                    load_parameters(instance, step["load"], request["cls"])
+                if step.get("set_parameters"):  # the grader changes parameters between two steps
+                    set_parameters(instance, step["set_parameters"], request["cls"])
                     result = None
                 elif step.get("function"):
                     result = lookup(step["function"])(instance, *args, **step["kwargs"])
@@ -366,7 +366,7 @@ def module(request):
     return reply
 
 
-HANDLERS = {"ready": ready, "load": load, "names": names, "call": call, "module": module}
+HANDLERS = {"ready": ready, "run_cells": run_cells, "names": names, "call": call, "module": module}
 
 
 def serve(requests, replies, unavailable=""):

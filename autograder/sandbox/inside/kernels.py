@@ -1,12 +1,12 @@
 """Triton kernels on a machine without a GPU, and what a kernel launch did (this file runs in the
 sandbox, in the warm worker, before any submission's code).
 
-`load()` imports Triton once, in the warm worker, the first time a submission of an assignment with
+`prepare()` imports Triton once, in the warm worker, the first time a submission of an assignment with
 `kernels: triton` (course.yml) is forked.  Without a CUDA device Triton runs every @triton.jit
 kernel in its interpreter (TRITON_INTERPRET=1): the same kernel code, one program after another,
 each tl operation a NumPy operation.  Its caches go to the scratch space.
 
-`load()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
+`prepare()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
 `Tally` (which counter.Work enters for a counted call) reports what its kernels did, counted where
 the kernel runs and not taken from the answer; the count lives in the closure of the wrappers, as
 counter.py's does:
@@ -52,7 +52,7 @@ class OutOfBounds(IndexError):
     """A kernel's load or store reached memory outside every tensor passed to its launch."""
 
 
-def load():
+def prepare():
     """Import Triton for the children to come (once).  Whether its interpreter runs the kernels was
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
     without it they are compiled for the CUDA device, and Triton's driver is left for each child to
@@ -366,7 +366,7 @@ def _install():
     return begin, end, intact
 
 
-# Set by load() where the interpreter runs the kernels; elsewhere nothing is installed to count with.
+# Set by prepare() where the interpreter runs the kernels; elsewhere nothing is installed to count with.
 _begin = _end = _intact = None
 
 

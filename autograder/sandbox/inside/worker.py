@@ -179,7 +179,7 @@ def prepare_kernels(kind):
         return f"unknown kernels {kind!r} (course.yml knows kernels: triton)"
     try:
         import kernels
-        kernels.load()
+        kernels.prepare()
     except ImportError as error:
         return f"this assignment's kernels need Triton, which the grader's environment lacks ({error})"
     except Exception as error:  # this Triton could not be prepared (another version's interpreter, say)

@@ -6,13 +6,8 @@ suite's own module) go through `run_module` or `student.call`, check that what c
 promised form, and raise Feedback in words the student understands when it does not.  Inputs are
 made here, so every test uses sizes that are all distinct (B != H != Sq != Sk != d_k != d_v).
 
-The helpers live beside the assignment that uses them: common.py (every suite), decoding.py,
-tiled.py, latent.py, pruning.py and kernels.py (the Triton track).  A suite imports this package
-as A and reaches them all through it (A.randn, A.memory_reference, A.mla, ...)."""
-
-from autograder.suites.helpers.common import *  # noqa: F401,F403
-from autograder.suites.helpers.decoding import *  # noqa: F401,F403
-from autograder.suites.helpers.tiled import *  # noqa: F401,F403
-from autograder.suites.helpers.latent import *  # noqa: F401,F403
-from autograder.suites.helpers.pruning import *  # noqa: F401,F403
-from autograder.suites.helpers.kernels import *  # noqa: F401,F403
+The helpers live beside the assignment that uses them: common.py (every suite: inputs and sizes, crash
+hints, module runs, gradient checks, the grader's attention maths once: `scores`, `attention`,
+`attention_lse`), decoding.py, tiled.py (with `tiled_attention`, the tiled forward and its mistakes'
+switches), latent.py, pruning.py and kernels.py (the Triton track).  A suite imports what it uses by
+name (`from autograder.suites.helpers.common import randn, attention`)."""

@@ -121,15 +121,15 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
                train=False, grad_outputs=None, functions=(), stand_in=None, count=False, held=False):
     """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
-    `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("load", {name: value}) to change
+    `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("set_parameters", {name: value}) to change
     parameters between two calls) and then `functions`
     ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
     count: the reply's "work" counts the work of the last function; held: the reply's
     "held" lists the tensors the module keeps outside its parameters."""
     steps = []
     for call in calls:
-        if call[0] == "load":  # ("load", {name: value}): new values for parameters between two calls
-            steps.append({"load": dict(call[1]), "args": [], "kwargs": {}})
+        if call[0] == "set_parameters":  # ("set_parameters", {name: value}): new values between two calls
+            steps.append({"set_parameters": dict(call[1]), "args": [], "kwargs": {}})
             continue
         method, args, kwargs = call if len(call) == 3 else ("forward", *call)
         steps.append({"method": method, "args": list(args), "kwargs": dict(kwargs)})
@@ -138,7 +138,7 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
     if count:
         steps[-1]["count"] = True
     try:
-        return student.module(cls, init_args, init_kwargs or {}, load=params, dtype=dtype, train=train,
+        return student.module(cls, init_args, init_kwargs or {}, parameters=params, dtype=dtype, train=train,
                               steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
                               grad_outputs=grad_outputs or [[] for _ in steps], held=held)
     except StudentError as error:
@@ -244,21 +244,38 @@ def check_causal(moved, what):
 
 # -- the attention maths of the grader's side, with the switches its named mistakes need ---------
 
-def attention(q, k, v, mask=None, *, scale=None, dim=-1, invert=False, mask_after=False, add=False):
-    """(output, weights) of scaled dot-product attention (True = may attend; a row with no allowed
-    key gets zeros); each keyword is one named mistake's switch."""
+def scores(q, k, mask=None, *, scale=None):
+    """The scaled dot-product scores q k^T / sqrt(d_k) ([..., Sq, d] x [..., Sk, d] -> [..., Sq, Sk]),
+    -inf where `mask` (True = may attend) says no."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = q @ k.transpose(-2, -1) * scale
+    s = q @ k.transpose(-2, -1) * scale
+    return s if mask is None else s.masked_fill(~mask, float("-inf"))
+
+
+def attention(q, k, v, mask=None, *, scale=None, dim=-1, invert=False, mask_after=False, add=False):
+    """(output [..., Sq, d_v], weights [..., Sq, Sk]) of scaled dot-product attention (True = may
+    attend; a row with no allowed key gets zeros); each keyword is one named mistake's switch."""
     if mask is not None and invert:
         mask = ~mask
     if mask is not None and add:
-        scores, mask = scores + mask.to(scores.dtype), None
-    if mask is not None and not mask_after:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+        s, mask = scores(q, k, scale=scale) + mask.to(q.dtype), None
+    else:
+        s = scores(q, k, None if mask_after else mask, scale=scale)
+    weights = torch.softmax(s, dim=dim).nan_to_num(0.0)
     if mask is not None and mask_after:
         weights = weights.masked_fill(~mask, 0.0)
     return weights @ v, weights
+
+
+def attention_lse(q, k, v, mask=None, *, causal=False):
+    """(output [..., Sq, d_v], logsumexp [..., Sq]) of attention in the inputs' dtype, as the tiled
+    and kernel forwards return them: lse is the log of each query's sum of exp(scores) over its
+    allowed keys.  causal: query i sees keys 0..i (the mask's top-left corner)."""
+    if causal:
+        mask = tril(q.shape[-2], k.shape[-2])
+    s = scores(q, k, mask)
+    lse = s.logsumexp(dim=-1)
+    return torch.exp(s - lse[..., None]) @ v, lse
 
 
 def heads_of(x, num_heads):

@@ -12,7 +12,7 @@ from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.sandbox import jail
 from autograder.sandbox.inside.protocol import Strided
-from autograder.suites.helpers.common import counted, randn
+from autograder.suites.helpers.common import attention_lse, counted, randn
 
 # The words of the error a kernel gets when a load or store leaves every tensor it was given.
 OUT_OF_BOUNDS = ("OutOfBounds",)
@@ -59,13 +59,10 @@ def sequence_major(x):
     return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def attention_lse(q, k, v, causal=False):
-    """(out, lse) of attention, in float64 on the grader's side."""
-    q, k, v = q.double(), k.double(), v.double()
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
-    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+def reference(q, k, v, causal=False):
+    """(out, lse) that a kernel's answer is compared with: attention_lse in float64, whatever the
+    inputs' dtype."""
+    return attention_lse(q.double(), k.double(), v.double(), causal=causal)
 
 
 def kernel_qkv(b, h, sq, sk, d, dtype=torch.float32, seed=0):

@@ -8,15 +8,60 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
-from autograder.suites.helpers.common import counted, randn, tril
+from autograder.suites.helpers.common import attention_lse, counted, randn, scores
+
+
+def tiled_attention(q, k, v, causal=False, block_q=64, block_k=64, mistake=None):
+    """(out [..., Sq, d_v], lse [..., Sq]) of attention computed tile by tile as FlashAttention's forward
+    computes it, in the inputs' dtype: for each tile of block_q queries, the key tiles of block_k one
+    after another (a tile past the last key padded with zeros and masked, as a kernel loads it; with
+    causal, the tiles wholly above the diagonal skipped and the one on it masked within), a running
+    max m, a running sum l and an accumulator rescaled whenever m grows.  `mistake` switches on one
+    named mistake of the suites' CAUSES:
+
+      no_rescale             the accumulator not rescaled when the max grows
+      block_max              each tile's own max taken for the running max
+      lse_no_max             lse = log(l), without m
+      lse_last_tile          lse from the last key tile's sum only
+      no_scale               the scores not divided by sqrt(d)
+      key_mask               the padding of the last key tile not masked
+      no_diagonal_mask       causal: the tile on the diagonal not masked within
+      skip_from_first_query  causal: tiles skipped from the tile's first query, not its last"""
+    *lead, sq, d = q.shape
+    sk, d_v = k.shape[-2], v.shape[-1]
+    scale = 1.0 if mistake == "no_scale" else 1.0 / math.sqrt(d)
+    out, lse = torch.zeros(*lead, sq, d_v, dtype=q.dtype), torch.zeros(*lead, sq, dtype=q.dtype)
+    for i0 in range(0, sq, block_q):
+        i1 = min(i0 + block_q, sq)
+        m = torch.full((*lead, i1 - i0), -math.inf, dtype=q.dtype)     # [..., block]: the running max
+        l, acc = torch.zeros_like(m), torch.zeros(*lead, i1 - i0, d_v, dtype=q.dtype)
+        last = (i0 + 1 if mistake == "skip_from_first_query" else i1) if causal else sk
+        for j0 in range(0, min(last, sk), block_k):
+            j1, keys = min(j0 + block_k, sk), torch.arange(j0, j0 + block_k)
+            k_tile = torch.zeros(*lead, block_k, d, dtype=q.dtype)        # [..., block_k, d], zeros past Sk
+            v_tile = torch.zeros(*lead, block_k, d_v, dtype=q.dtype)
+            k_tile[..., :j1 - j0, :], v_tile[..., :j1 - j0, :] = k[..., j0:j1, :], v[..., j0:j1, :]
+            s = scores(q[..., i0:i1, :], k_tile, scale=scale)             # [..., block_q, block_k]
+            if mistake != "key_mask":
+                s = s.masked_fill(keys >= sk, -math.inf)
+            if causal and mistake != "no_diagonal_mask":
+                s = s.masked_fill(keys > torch.arange(i0, i1)[:, None], -math.inf)
+            m_new = s.amax(dim=-1) if mistake == "block_max" else torch.maximum(m, s.amax(dim=-1))
+            p = torch.exp(s - m_new[..., None])
+            rescale = torch.exp(m - m_new)
+            l_tile = p.sum(dim=-1)
+            l = l * rescale + l_tile
+            acc = (acc if mistake == "no_rescale" else acc * rescale[..., None]) + p @ v_tile
+            m = m_new
+        out[..., i0:i1, :] = acc / l[..., None]
+        lse[..., i0:i1] = {"lse_last_tile": m + torch.log(l_tile), "lse_no_max": torch.log(l)}.get(
+            mistake, m + torch.log(l))
+    return out, lse
 
 
 def logsumexp(q, k, mask=None):
     """The natural logarithm of each query's sum of exp(scaled scores) over its allowed keys."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.logsumexp(dim=-1)
+    return scores(q, k, mask).logsumexp(dim=-1)
 
 
 # The long inputs of the memory tests: one [N, N] float32 matrix (64 MiB) stands far out in a call's memory.
@@ -39,11 +84,7 @@ def memory_reference(seed, causal=False):
     """(q, k, v, out, lse) of the forward's memory input: the grader's attention in float32 (the
     inputs' dtype), causal or not, computed once per grading process."""
     q, k, v = memory_inputs(3, seed)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(MEMORY_D)
-    if causal:
-        scores.masked_fill_(~tril(MEMORY_N), float("-inf"))
-    lse = scores.logsumexp(dim=-1)
-    return q, k, v, torch.exp(scores - lse[..., None]) @ v, lse
+    return q, k, v, *attention_lse(q, k, v, causal=causal)
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,10 +94,9 @@ def memory_gradients(seed):
     computed once per grading process."""
     q, k, v, d_out = memory_inputs(4, seed)
     scale = 1 / math.sqrt(MEMORY_D)
-    scores = q @ k.transpose(-2, -1) * scale
-    lse = scores.logsumexp(dim=-1)
-    weights = torch.exp(scores.sub_(lse[..., None]))
-    del scores
+    weights = scores(q, k, scale=scale)
+    lse = weights.logsumexp(dim=-1)
+    weights = torch.exp(weights.sub_(lse[..., None]))   # in place: one [N, N] matrix at a time
     out = weights @ v
     dv = weights.transpose(-2, -1) @ d_out
     weights.mul_(d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
