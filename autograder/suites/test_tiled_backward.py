@@ -3,7 +3,7 @@ block_k=64) -> (dq, dk, dv).
 
 The gradients are compared with autograd's through the grader's attention; the grader hands in the
 true out and lse, so a slip in the student's forward costs nothing here.  The memory is read from
-outside the student's process (autograder/memory.py), as for the forward."""
+outside the student's process (autograder/sandbox/memory.py), as for the forward."""
 
 import functools
 import math

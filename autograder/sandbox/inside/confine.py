@@ -12,7 +12,7 @@ seccomp filters only ever add restrictions, and bubblewrap has already set no_ne
 
 The child is made non-dumpable (and may not change that back): its /proc files belong to root, so
 it cannot reset its own peak memory (/proc/self/clear_refs) while the grader measures a call from
-outside (autograder/memory.py), and nothing else in the sandbox can read or write its memory.
+outside (autograder/sandbox/memory.py), and nothing else in the sandbox can read or write its memory.
 The child also gets hard resource limits (which an unprivileged process cannot raise again) and a
 private, empty scratch directory as its working directory and home.
 """
