@@ -116,6 +116,16 @@ def test_a_kernel_runs_in_the_interpreter_and_its_work_is_counted(student):
     assert work.torch_flops == 0 and work.exponentials == 0           # torch did none of it
 
 
+def test_a_child_of_an_assignment_without_kernels_counts_torch_alone(worker, student):
+    """The worker has prepared Triton (the student fixture's child is a kernel assignment's); a child
+    forked for another assignment counts its calls' work in torch alone, the same shape of count."""
+    product = "import torch\ndef product(n):\n    x = torch.ones(n, n)\n    return x @ x\n"
+    with StudentProcess(worker, [Cell("product", product)], LIMITS) as process:
+        work = Student(process).call("product", 8, count=True)["work"]
+    assert work.intact and work.torch_flops == 2 * 8 ** 3
+    assert not work.kernels and (work.launches, work.kernel_flops, work.output_stored) == (0, 0, None)
+
+
 def test_products_count_only_when_their_results_reach_a_store(student):
     x = torch.randn(16, 16)
     kept = student.call("squared", x, True, count=True)

@@ -28,6 +28,7 @@ from counter import Work
 from guard import GUARD
 
 REQUESTS = REPLIES = None  # this child's pipe ends, set by serve
+KERNELS = None             # the kernels module in a kernel assignment's child (set by serve), else None
 
 
 class CellTimeout(BaseException):
@@ -183,12 +184,11 @@ def guarded(request):
 
 def work_count(wanted, kernels=True):
     """The count of a call's work (counter.Work) when wanted, else a context that does nothing; the
-    kernels' share too where this process prepared Triton (a kernel assignment's child) and a call's
-    `kernels` are counted (a module's steps, entered one after another, count torch's share alone)."""
+    kernels' share too in a kernel assignment's child (KERNELS) for a call (a module's steps, entered
+    one after another, count torch's share alone)."""
     if not wanted:
         return contextlib.nullcontext()
-    kernels = sys.modules.get("kernels") if kernels else None
-    return Work(kernels if kernels is not None and kernels.INTERPRETED is not None else None)
+    return Work(KERNELS if kernels else None)
 
 
 def moved(value, device):
@@ -369,11 +369,14 @@ def module(request):
 HANDLERS = {"ready": ready, "run_cells": run_cells, "names": names, "call": call, "module": module}
 
 
-def serve(requests, replies, unavailable=""):
+def serve(requests, replies, unavailable="", kernels=False):
     """A child's life: answer requests until the grader says exit or closes the pipe.  unavailable:
-    why this child cannot grade (its GPU could not be opened), the answer to every request."""
-    global REQUESTS, REPLIES
+    why this child cannot grade (its GPU could not be opened), the answer to every request; kernels:
+    its assignment's answers are Triton kernels (prepared by the worker, kernels.prepare), whose work
+    a counted call counts too."""
+    global REQUESTS, REPLIES, KERNELS
     REQUESTS, REPLIES = requests, replies
+    KERNELS = sys.modules["kernels"] if kernels else None
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
     sys.stderr = open(os.devnull, "w")
     warnings.simplefilter("ignore")

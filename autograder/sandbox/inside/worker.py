@@ -90,9 +90,10 @@ SCRATCH_ROOTS = ("/tmp", "/dev/shm")
 ON_GPU = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
 
 
-def child(control, pipes, memory_mb, on_gpu):
+def child(control, pipes, memory_mb, on_gpu, kernels=False):
     """A forked child: confine itself (on_gpu: its kernels are compiled for the CUDA device, which
-    opens it first), then answer the grader's requests on its pipes."""
+    opens it first), then answer the grader's requests on its pipes; kernels: its assignment's answers
+    are Triton kernels, whose work its counted calls count too."""
     if control is not None:
         control.close()
     try:
@@ -106,7 +107,7 @@ def child(control, pipes, memory_mb, on_gpu):
                 where = traceback.extract_tb(error.__traceback__)[-1]
                 unavailable = (f"the GPU could not be opened in the sandbox ({type(error).__name__}: "
                                f"{str(error)[:300]}; at {os.path.basename(where.filename)}:{where.lineno})")
-        handlers.serve(*pipes, unavailable)
+        handlers.serve(*pipes, unavailable, kernels=on_gpu or kernels)
     finally:
         os._exit(0)
 
@@ -233,7 +234,7 @@ def zygote(control):
             if pid == 0:
                 if ON_GPU and order.get("kernels"):
                     fresh_child(control, fds, int(order["memory_mb"]))
-                child(control, fds, int(order["memory_mb"]), False)
+                child(control, fds, int(order["memory_mb"]), False, kernels=bool(order.get("kernels")))
             alive.add(pid)
             for fd in fds:
                 os.close(fd)
