@@ -220,8 +220,8 @@ class Work:
         reply["work"] = work.reply(output, arguments)
 
     torch's share is counted by the dispatch mode above (`Counted`); with `kernels` (the kernels.py
-    module, where this process prepared Triton) the kernels' share too (`kernels.Tally`).  The reply
-    (replies.work checks it, the suites read it as a `replies.Work`):
+    module, in a kernel assignment's child) the kernels' share too (`kernels.Tally`).  The reply
+    (the trusted side's replies.py checks it, the suites read it as a `replies.Work`):
 
       intact          every count was whole through the call: torch's mode still on top and counting,
                       every interpreter wrapper in place and never seen replaced

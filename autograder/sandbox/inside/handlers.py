@@ -1,12 +1,12 @@
 """What a forked child of the warm worker answers (worker.py starts it, confined, and calls serve).
 
 Requests to a child (dicts with an "op"):
-  load    run the notebook's code cells in order, one at a time, each under a time limit
-  names   which of the given names the submission defines, and whether they are classes
-  call    call a function with inputs, optionally back-propagate given output gradients
-  module  build an nn.Module, optionally set its parameters, run steps on it (a method of the module,
-          a notebook function that takes the module first, or new values for some parameters),
-          back-propagate
+  run_cells  run the notebook's code cells in order, one at a time, each under a time limit
+  names      which of the given names the submission defines, and whether they are classes
+  call       call a function with inputs, optionally back-propagate given output gradients
+  module     build an nn.Module, optionally set its parameters, run steps on it (a method of the
+             module, a notebook function that takes the module first, or new values for some
+             parameters), back-propagate
 A request with "from_scratch" runs under the attention guard (guard.py).
 
 Each reply is {"ok": True, "value": ...} or {"ok": False, "error": {type, message, traceback}}; the
@@ -182,13 +182,11 @@ def guarded(request):
         GUARD.check()
 
 
-def work_count(wanted, kernels=True):
-    """The count of a call's work (counter.Work) when wanted, else a context that does nothing; the
-    kernels' share too in a kernel assignment's child (KERNELS) for a call (a module's steps, entered
-    one after another, count torch's share alone)."""
-    if not wanted:
-        return contextlib.nullcontext()
-    return Work(KERNELS if kernels else None)
+def work_count(wanted, kernels=None):
+    """The count of a call's work (counter.Work) when wanted, else a context that does nothing;
+    kernels: the kernels module where their share is counted too (a call in a kernel assignment's
+    child: KERNELS; a module's steps, entered one after another, count torch's share alone)."""
+    return Work(kernels) if wanted else contextlib.nullcontext()
 
 
 def moved(value, device):
@@ -216,7 +214,7 @@ def call(request):
         args, kwargs = moved(args, device), moved(kwargs, device)
     if request.get("grad"):
         args = requires_grad(args)
-    work = work_count(request.get("count"))
+    work = work_count(request.get("count"), KERNELS)
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
         with work:
@@ -311,7 +309,7 @@ def held_tensors(instance):
 
 def module(request):
     counting = any(step.get("count") for step in request.get("steps", []))
-    work = work_count(counting, kernels=False)
+    work = work_count(counting)
     with TimeLimit(request["timeout"]), guarded(request):
         instance = build_module(request)
         own_buffers = {name: (buffer, buffer.data_ptr()) for name, buffer in instance.named_buffers()}
@@ -376,7 +374,7 @@ def serve(requests, replies, unavailable="", kernels=False):
     a counted call counts too."""
     global REQUESTS, REPLIES, KERNELS
     REQUESTS, REPLIES = requests, replies
-    KERNELS = sys.modules["kernels"] if kernels else None
+    KERNELS = sys.modules.get("kernels") if kernels else None
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
     sys.stderr = open(os.devnull, "w")
     warnings.simplefilter("ignore")

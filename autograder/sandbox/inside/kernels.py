@@ -34,10 +34,10 @@ Before a kernel runs in the interpreter for the first time with given argument t
 constants, gpu_compiler.py compiles it for a GPU (without one): a body that is not Triton's language
 stops the call with NotTriton.
 
-The wrappers are put in place before any submission's code runs; after a call `Tally.intact`
-(Work's `intact`, with torch's count) says whether they are still the interpreter's operations and were never seen replaced: every
-wrapper, each time it runs, checks that the others are in place, so one swapped during a call and
-put back before it returns is seen (code that takes them apart is also flagged on the trusted side,
+The wrappers are put in place before any submission's code runs; after a call `Tally.intact` (part
+of Work's `intact`, with torch's count) says whether they are still the interpreter's operations and
+were never seen replaced: every wrapper, each time it runs, checks that the others are in place, so
+one swapped during a call and put back before it returns is seen (code that takes them apart is also flagged on the trusted side,
 rules.py, however it spells the names it can be read to use).
 """
 

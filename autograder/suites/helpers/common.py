@@ -120,12 +120,12 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
                train=False, grad_outputs=None, functions=(), stand_in=None, count=False, held=False):
-    """Build the student's module `cls` (or a stand-in, see Student.module), load `params`, run
-    `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("set_parameters", {name: value}) to change
-    parameters between two calls) and then `functions`
-    ((name, args, kwargs), called with the module first) on the one instance; returns the reply.
-    count: the reply's "work" counts the work of the last function; held: the reply's
-    "held" lists the tensors the module keeps outside its parameters."""
+    """Build the student's module `cls` (or a stand-in, see Student.module), set its parameters to
+    `params`, run `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("set_parameters",
+    {name: value}) to change parameters between two calls) and then `functions` ((name, args,
+    kwargs), called with the module first) on the one instance; returns the reply.  count: the
+    reply's "work" counts the work of the last function; held: the reply's "held" lists the tensors
+    the module keeps outside its parameters."""
     steps = []
     for call in calls:
         if call[0] == "set_parameters":  # ("set_parameters", {name: value}): new values between two calls
