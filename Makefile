@@ -29,9 +29,11 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade serve report test check exercise release sample-class bench merge student-kit gradescope \
-        push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys
+        push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants
 
 setup: $(VENV)/.installed sandbox
+	@# The course's variant secret, made once on this machine where there is none (make variant-secret).
+	@$(GRADER) variant-secret --if-missing
 	@# The grader's own bytecode, for every process it starts (the checks compile nothing when it is
 	@# up to date); Python would write it itself unless PYTHONDONTWRITEBYTECODE is set.
 	@$(PYTHON) -m compileall -qq -j 0 autograder >/dev/null 2>&1 || true
@@ -127,7 +129,17 @@ grade-slurm: setup
 ## What students receive: student-kit/ and student-kit.zip, the assignments released so far
 ## (course.yml's schedule; AT=2026-10-06T00:00:00Z shows the kit of that day).
 student-kit: setup
-	$(GRADER) student-kit --out student-kit $(if $(AT),--at $(AT))
+	$(GRADER) student-kit --out student-kit $(if $(AT),--at $(AT)) $(if $(STUDENT),--student '$(STUDENT)')
+
+## Each student's numbers of the assignments with variants: variants/<student>/<assignment>/variant.json,
+## for ROSTER=roster.csv's students or the class under SUBMITTED (ASSIGNMENT=id; default: those released).
+variants: setup
+	$(GRADER) variants --out $(or $(VARIANTS),variants) $(if $(ROSTER),--roster $(ROSTER),--submitted $(SUBMITTED)) \
+	  $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
+
+## The course's variant secret (once; FORCE=1 replaces it even though grades exist).
+variant-secret: $(VENV)/.installed
+	$(GRADER) variant-secret $(if $(FORCE),--force)
 
 ## Gradescope's autograder.zip for one assignment: make gradescope ASSIGNMENT=masks
 gradescope: setup

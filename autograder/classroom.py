@@ -176,9 +176,10 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
 
-def _grade_tasks(course, layout, tasks, report, assignments, started):
+def _grade_tasks(course, layout, tasks, report, assignments, started, classmates=()):
     """Grade tasks (of the given assignments) one after another in this process, with the sandbox
-    `started` for it; report(event, task) after each."""
+    `started` for it; report(event, task) after each.  classmates: every student of the class (whose
+    variants an answer may match)."""
     from autograder.grading import open_grader
 
     def body(grader):
@@ -189,7 +190,7 @@ def _grade_tasks(course, layout, tasks, report, assignments, started):
                 result = SubmissionResult(task.student, task.assignment,
                                           [not_graded(nb, task.problem) for nb in assignment.notebooks])
             else:
-                result = grader.grade_submission(assignment, task.folder, task.student)
+                result = grader.grade_submission(assignment, task.folder, task.student, classmates=classmates)
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
             log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
                      result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
@@ -206,7 +207,7 @@ def start_log(path):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _grading_process(course, out, tasks, events, assignments, sandboxes, index):
+def _grading_process(course, out, tasks, events, assignments, sandboxes, index, classmates):
     """The body of one grading process (forked: it has the course the class is graded by, loaded
     once, whatever file it came from, and sandboxes[index], started for it): pull tasks until the
     queue says stop."""
@@ -218,7 +219,7 @@ def _grading_process(course, out, tasks, events, assignments, sandboxes, index):
     start_log(layout.log)
     try:
         _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)),
-                     assignments, sandboxes[index])
+                     assignments, sandboxes[index], classmates)
     except BaseException as error:  # noqa: B902 - reported to the main process, which decides
         events.put((Event.FAILED, f"{type(error).__name__}: {error}"))
         raise SystemExit(1) from None
@@ -239,14 +240,14 @@ def prime(course, assignments):
     with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: None)
 
 
-def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile):
+def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile, classmates):
     prime(course, assignments)
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
     for task in pending:
         tasks.put(task)
     graders = [context.Process(target=_grading_process, daemon=True,
-                               args=(course, str(layout.out), tasks, events, assignments, sandboxes, index))
+                               args=(course, str(layout.out), tasks, events, assignments, sandboxes, index, classmates))
                for index in range(len(sandboxes))]
     for grader, sandbox in zip(graders, sandboxes):
         tasks.put(None)
@@ -297,8 +298,9 @@ def effective_jobs(jobs, pending):
     return max(1, min(jobs, len(pending) // SUBMISSIONS_PER_JOB))
 
 
-def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
-    """Grade the pending tasks; on_done(task) after each; meanwhile() once the grading has started."""
+def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):
+    """Grade the pending tasks; on_done(task) after each; meanwhile() once the grading has started;
+    classmates: every student of the class."""
     jobs = effective_jobs(jobs, pending)
     if not pending:
         meanwhile()  # nothing to grade: no grading process, no sandbox
@@ -313,9 +315,9 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None):
         if jobs == 1:
             meanwhile()
             _grade_tasks(course, layout, pending, lambda event, task: event is Event.GRADED and on_done(task),
-                         assignments, sandboxes[0])
+                         assignments, sandboxes[0], classmates)
         else:
-            _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile)
+            _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile, classmates)
     finally:
         for sandbox in sandboxes:
             sandbox.stop()
@@ -331,6 +333,7 @@ class ClassRun:
     pending: list               # those that need grading (new or changed, or all with force)
     strays: list                # what under submitted/ is no <student>/<assignment>/ folder
     shard: tuple = None
+    classmates: tuple = ()      # every student of the class, whatever the filters and the shard
     before: dict = None         # the scores before this run, by (student, assignment)
     results: list = None        # every graded submission in the output folder, after the run
     interrupted: bool = False
@@ -379,7 +382,9 @@ def prepare_class(course, submitted, out, *, assignments=None, students=None, sh
         raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
                           + (" for the given --student/--assignment/--shard" if students or assignments or shard
                              else ""))
-    return ClassRun(layout, tasks, pending, strays, shard=shard, before=previous_scores(layout))
+    classmates = tuple(sorted({student for student, *_ in find_submissions(course, submitted)[0]}))
+    return ClassRun(layout, tasks, pending, strays, shard=shard, classmates=classmates,
+                    before=previous_scores(layout))
 
 
 def grade_class(course, chosen, db_url, autograded, jobs, update):
@@ -403,7 +408,7 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
             print(f"warning: {task.key} is graded but not in the gradebook (see {chosen.layout.log})", file=sys.stderr)
         update(task, result)
     try:
-        run(course, chosen.layout, chosen.pending, jobs, on_done, prepare)
+        run(course, chosen.layout, chosen.pending, jobs, on_done, prepare, chosen.classmates)
     except KeyboardInterrupt:
         chosen.interrupted = True
     finally:

@@ -3,7 +3,8 @@
     grading       grade (one notebook), grade-class, serve (keeps both warm), merge (shards),
                   grade-slurm, k8s-manifests, gradescope (inside Gradescope's image), report,
                   manual-score
-    delivery      release, student-kit, gradescope-zip, collect-push, post-push
+    delivery      release, student-kit, gradescope-zip, collect-push, post-push, variants (each
+                  student's numbers), variant-secret
     the LMS       export-lms, lms-keys, lms-push
     authoring     new-exercise
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import CourseError, load_course
-from autograder.intake import SubmissionError, choose_notebooks, find_notebooks
+from autograder.intake import SubmissionError, choose_notebooks, find_notebooks, gradescope_student
 from autograder.sandbox import cgroup
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
@@ -77,7 +78,7 @@ def _gradescope(args, course):
         result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
     else:
         from autograder.grading import grade_one  # torch: only when there is something to grade
-        result = grade_one(course, assignment, args.submission, notebooks=chosen)
+        result = grade_one(course, assignment, args.submission, gradescope_student(args.submission), notebooks=chosen)
     write_gradescope(result, Path(args.results), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0
@@ -87,8 +88,41 @@ def _student_kit(args, course):
     from autograder.course import parse_due
     from autograder.kits import build_student_kit
     moment = parse_due(args.at, "--at", "the date") if args.at else None
-    archive, chosen = build_student_kit(course, Path(args.out), moment)
-    print(f"Student kit: {args.out}/ and {archive}, with {', '.join(a.id for a in chosen)}")
+    archive, chosen = build_student_kit(course, Path(args.out), moment, args.student)
+    print(f"Student kit{f' of {args.student}' if args.student else ''}: {args.out}/ and {archive}, with "
+          f"{', '.join(a.id for a in chosen)}")
+    return 0
+
+
+def _variant_secret(args, course):
+    from autograder import variants
+    from autograder.layout import Layout
+    path = variants.secret_path(course)
+    if args.if_missing and (path.exists() or not any(map(variants.has_variants, course.assignments))):
+        return 0
+    results = Layout(args.out).results
+    graded = results.is_dir() and any(results.iterdir())
+    done = variants.make_secret(path, course, graded=graded, force=args.force)
+    print(f"{done.capitalize()} the course's variant secret at {path} (mode 600): keep it, out of any repository, and "
+          "copy it to every machine that grades; it decides every student's numbers")
+    return 0
+
+
+def _variants(args, course):
+    from autograder import lms, schedule, variants
+    if args.roster:
+        students = list(lms.read_roster(args.roster))
+    else:
+        from autograder.classroom import find_submissions
+        students = sorted({student for student, *_ in find_submissions(course, args.submitted)[0]})
+    assignments = ([course.assignment(a) for a in args.assignment] if args.assignment
+                   else schedule.released(course, schedule.now()))
+    chosen = [assignment for assignment in assignments if variants.has_variants(assignment)]
+    if not chosen:
+        raise CourseError("no assignment with variants among " + (", ".join(a.id for a in assignments) or "those released"))
+    written = variants.Variants.of(course).write_files(chosen, students, Path(args.out))
+    print(f"{len(written)} variant.json files in {args.out}/<student>/<assignment>/ ({len(students)} students, "
+          f"{', '.join(a.id for a in chosen)}): each goes beside that student's notebook")
     return 0
 
 
@@ -466,7 +500,22 @@ def parser():
     kit.add_argument("--out", default="student-kit")
     kit.add_argument("--at", default=None, metavar="WHEN",
                      help="the kit as it stands at this ISO 8601 date and time (default: now)")
+    kit.add_argument("--student", default=None, help="one student's kit: their variant.json beside the notebooks")
     kit.set_defaults(run=_student_kit)
+
+    numbers = commands.add_parser("variants", help="each student's variant.json: out/<student>/<assignment>/")
+    who = numbers.add_mutually_exclusive_group()
+    who.add_argument("--roster", default=None, help="CSV with a `student` column (default: the class under --submitted)")
+    who.add_argument("--submitted", default="submitted")
+    numbers.add_argument("--assignment", action="append", help="this assignment (default: those released now)")
+    numbers.add_argument("--out", default="variants")
+    numbers.set_defaults(run=_variants)
+
+    secret = commands.add_parser("variant-secret", help="make the course's variant secret (once, outside the repository)")
+    secret.add_argument("--if-missing", action="store_true", help="do nothing where one exists (make setup)")
+    secret.add_argument("--force", action="store_true", help="replace it even though grades exist")
+    _add_graded(secret)
+    secret.set_defaults(run=_variant_secret)
 
     zipped = commands.add_parser("gradescope-zip", help="build Gradescope's autograder.zip for one assignment")
     zipped.add_argument("--assignment", required=True)

@@ -43,6 +43,7 @@ class Exercise:
     basic: tuple = ()       # cheap tests (shapes, dtypes, ValueError) counted whatever the gate says
     measured: tuple = ()    # tests whose points are measured (memory, counted work, what a cache serves):
                             # code that reaches into what measures them earns them nothing (rules.py)
+    variant: bool = False   # its answers are the student's own numbers (autograder/variants.py)
 
     @property
     def check_cell(self):
@@ -122,6 +123,7 @@ class Course:
     torch_index_url: str = ""       # an extra index with PyTorch's CPU-only wheels (student kit, Gradescope)
     ai_policy: Path = None          # the student kit's rules for AI assistants (AGENTS.md, CLAUDE.md); None: none
     released: tuple = None          # course.yml's explicit list of released assignments, if given
+    variant_secret: str = ""        # where the secret of per-student variants lives (variants.py's default)
 
     def visibility(self):
         """exercise id -> when Gradescope shows its tests to students."""
@@ -205,7 +207,8 @@ def _exercise(raw, where):
                             from_scratch=bool(raw.get("from_scratch", False)),
                             visibility=str(raw.get("visibility", "visible")),
                             gate=str(raw.get("gate") or ""), basic=tuple(map(str, raw.get("basic") or ())),
-                            measured=tuple(map(str, raw.get("measured") or ())))
+                            measured=tuple(map(str, raw.get("measured") or ())),
+                            variant=bool(raw.get("variant", False)))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CourseError(f"{where}: an exercise needs id, suite and points ({error})") from None
     where = f"{where}/{exercise.id}"
@@ -288,4 +291,5 @@ def load_course(path=None):
     return Course(released=released, github={key: str(value) for key, value in github.items()},
                   path=path, slurm=_slurm_settings(raw.get("slurm") or {}), name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
                   limits=default_limits, late_policy=late_policy,
-                  torch_index_url=torch_index_url, ai_policy=ai_policy)
+                  torch_index_url=torch_index_url, ai_policy=ai_policy,
+                  variant_secret=str(raw.get("variant_secret") or ""))

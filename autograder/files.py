@@ -4,6 +4,7 @@ records, feedback pages, grades.csv and every other table go through here."""
 import csv
 import io
 import os
+import stat
 from pathlib import Path
 
 
@@ -31,3 +32,22 @@ def csv_text(header, rows):
 
 def write_csv(path, header, rows):
     write_atomic(path, csv_text(header, rows))
+
+
+class PrivateFileError(Exception):
+    """A file that only its owner may read (a key, a secret) is missing, shared or in the repository."""
+
+
+def read_private(path, course_root, what, hint):
+    """The bytes of a file only its owner reads, kept outside the course repository (the LMS key, the
+    variant secret); refused otherwise, with what to do (`hint`)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise PrivateFileError(f"cannot read {what} {path}: {error.strerror} ({hint})") from None
+    if Path(course_root).resolve() in path.resolve().parents:
+        raise PrivateFileError(f"{what} {path} lies inside the course repository: move it out (and chmod 600 it)")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PrivateFileError(f"{what} {path} can be read by others (mode {stat.S_IMODE(mode):o}): chmod 600 {path}")
+    return path.read_bytes()

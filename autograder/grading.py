@@ -2,11 +2,12 @@
 
   1. read the notebook and merge it with the instructor's release copy   (submission.py)
   2. check that it belongs to the assignment                             (submission.py)
-  3. fork a child of the warm worker and run the cells there             (student.py)
-  4. run the hidden suites here, in the trusted process                  (harness/plugin.py)
-  5. apply the course's rules (from-scratch exercises, code that reaches
+  3. draw the student's variant, if the notebook has one                  (variants.py)
+  4. fork a child of the warm worker and run the cells there             (student.py)
+  5. run the hidden suites here, in the trusted process                  (harness/plugin.py)
+  6. apply the course's rules (from-scratch exercises, code that reaches
      into torch internals or the guard)                                   (rules.py)
-  6. score, as a pure function of what was observed                     (scoring.py)
+  7. score, as a pure function of what was observed                     (scoring.py)
 
 A `Grader` lives in one process and stays warm: one sandboxed worker that has imported torch, the
 suites collected once, the reference solutions loaded once.  `open_grader` builds one.
@@ -27,16 +28,19 @@ from autograder.scoring import late_penalty, score_notebook
 from autograder.sandbox.jail import kernel_device
 from autograder.sandbox.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
+from autograder.variants import FILENAME, Variants, has_variants, notebook_has_variants
 
 log = logging.getLogger("autograder")
 
 
 class Grader:
-    def __init__(self, course, worker, suites):
-        self.course, self.worker, self.suites = course, worker, suites
+    def __init__(self, course, worker, suites, variants):
+        self.course, self.worker, self.suites, self.variants = course, worker, suites, variants
 
-    def grade_submission(self, assignment, folder, student="student", notebooks=None):
-        """Grade every notebook of an assignment found in `folder` (or the given paths in it)."""
+    def grade_submission(self, assignment, folder, student="student", notebooks=None, classmates=()):
+        """Grade every notebook of an assignment found in `folder` (or the given paths in it), handed
+        in by `student` (whose variant is drawn; classmates: the class, whose variants an answer may
+        match)."""
         started = time.monotonic()
         result = SubmissionResult(student, assignment.id)
         try:
@@ -49,16 +53,16 @@ class Grader:
             if not intake.exists(path):
                 result.notebooks.append(not_graded(notebook, f"{notebook.filename} was {NOT_SUBMITTED}"))
                 continue
-            result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder))
+            result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder, student, classmates))
         result.submitted_at = handed_in.isoformat() if handed_in else ""
         result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
         result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 
-    def grade_notebook(self, assignment, notebook, path, folder):
+    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=()):
         try:
-            return self._grade_notebook(assignment, notebook, path, folder)
+            return self._grade_notebook(assignment, notebook, path, folder, student, classmates)
         except WorkerError as error:
             log.error("worker failure while grading %s: %s", path, error)
             return grader_failed(notebook, f"its sandbox failed ({error}); grade it again")
@@ -66,7 +70,7 @@ class Grader:
             log.exception("internal error while grading %s", path)
             return grader_failed(notebook, f"{type(error).__name__} (the traceback is in grader.log)")
 
-    def _grade_notebook(self, assignment, notebook, path, folder):
+    def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates):
         instructor = self.course.release_notebook(assignment, notebook)
         try:
             program = load_program(path, folder, instructor)                          # 1
@@ -74,26 +78,32 @@ class Grader:
         except SubmissionError as error:
             return not_graded(notebook, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
+        variant, others, files = None, {}, {}
+        if notebook_has_variants(notebook):                                           # 3
+            variant = self.variants.draw(assignment, notebook, student_id)
+            others = self.variants.others(assignment, notebook, student_id, classmates)
+            files = {FILENAME: self.variants.file_text(assignment, student_id)}
         process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
-                                 self.course.uses_compiler_stack(assignment))
+                                 self.course.uses_compiler_stack(assignment), files)
         try:
             try:
-                process.start()                                                       # 3
+                process.start()                                                       # 4
             except StudentFailure as error:
                 return not_graded(notebook, f"the notebook could not be run: {error}")
             loaded = time.monotonic()
             student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
-                              device="cuda" if assignment.kernels and kernel_device() == "cuda" else None)
-            outcomes = self.suites.run(notebook.exercises, student, reference)        # 4
+                              device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
+                              variant=variant, others=others)
+            outcomes = self.suites.run(notebook.exercises, student, reference)        # 5
             checked = time.monotonic()
         finally:
             process.close()
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
         flag = rules.internals_flag(program, notebook.exercises)
-        broken = rules.broken_rules(notebook.exercises, student, flag)                # 5
-        result = score_notebook(notebook, outcomes, process.cell_reports, broken)    # 6
-        result.flags = [f"{notebook.filename}: {flag}"] if flag else []
+        broken = rules.broken_rules(notebook.exercises, student, flag)                # 6
+        result = score_notebook(notebook, outcomes, process.cell_reports, broken)    # 7
+        result.flags = [f"{notebook.filename}: {line}" for line in ([flag] if flag else []) + student.flags]
         result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
         return result
 
@@ -113,7 +123,11 @@ def open_grader(course, body, assignments=None, started=None):
     # processes, and idle worker threads of several processes only compete for them.
     torch.set_num_threads(1)
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
+    variants = Variants.of(course)
+    for assignment in chosen:   # no secret, no grading of a notebook with variants: said before any work
+        if has_variants(assignment):
+            variants.key(assignment.id)
     with Worker(course.limits, warm=course.uses_compiler_stack(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
-        return with_suites(exercises, lambda suites: body(Grader(course, worker, suites)))
+        return with_suites(exercises, lambda suites: body(Grader(course, worker, suites, variants)))

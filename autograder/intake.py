@@ -12,6 +12,7 @@ without a bound on its entries:
 Every refusal is a `SubmissionError` whose message is one line that the student can act on.
 """
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -85,6 +86,17 @@ def _entries(folder):
                 raise SubmissionError(f"the submission holds more than {MAX_ENTRIES} files or folders; "
                                       "submit only your notebook")
     return sorted(found, key=lambda entry: entry.name)
+
+
+def gradescope_student(submission):
+    """The student of a Gradescope submission, from submission_metadata.json beside its folder: the
+    submitter's Student ID (sid) in Gradescope's roster, else their email; "student" without either."""
+    try:
+        metadata = json.loads((Path(submission).parent / "submission_metadata.json").read_text())
+        user = metadata["users"][0]
+        return str(user.get("sid") or user.get("email") or "student")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return "student"
 
 
 def find_notebooks(folder):

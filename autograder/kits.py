@@ -2,9 +2,11 @@
 
     student-kit/          the notebooks of the assignments released so far (course.yml's schedule),
                           a student README, requirements, self_check.py and a workflow that runs
-                          it: no secret, nothing hidden (grading on push is the instructor's, push.py)
+                          it: no secret, nothing hidden (grading on push is the instructor's, push.py);
+                          one student's kit adds their variant.json (variants.py)
     autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the grader
-                          and one assignment's hidden suites and reference solutions under source/
+                          and one assignment's hidden suites and reference solutions under source/,
+                          and where it has variants the key of that one assignment (variant-key.json)
 
 Both are made from an explicit list of files, never by copying the repository and deleting: a
 file that is not named here does not leave.
@@ -19,6 +21,7 @@ import yaml
 
 from autograder.course import CourseError
 from autograder.schedule import kit_assignments, now
+from autograder.variants import FILENAME, KEY_FILE, Variants, has_variants
 
 KIT_FILES = Path(__file__).resolve().parent / "kit"
 
@@ -89,9 +92,10 @@ def assignments_table(assignments):
     return "\n".join(rows)
 
 
-def build_student_kit(course, folder, moment=None):
+def build_student_kit(course, folder, moment=None, student=None):
     """Write the student kit as it stands at `moment` (default: now) to `folder` and a zip beside
-    it; returns (the zip's path, the assignments in it)."""
+    it; returns (the zip's path, the assignments in it).  With `student`, that student's own kit: the
+    variant.json of each assignment with variants beside its notebooks (variants.py)."""
     folder = Path(folder)
     chosen = kit_assignments(course, moment or now())  # refuses before anything is written
     if course.ai_policy and not course.ai_policy.is_file():
@@ -109,6 +113,8 @@ def build_student_kit(course, folder, moment=None):
             target = folder / assignment.id / notebook.filename
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
+        if student is not None and has_variants(assignment):
+            (folder / assignment.id / FILENAME).write_text(Variants.of(course).file_text(assignment, student))
     pins = pinned_versions(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))
@@ -215,4 +221,8 @@ def build_gradescope(course, assignment, archive):
             handle.writestr("packages.txt", "".join(line + "\n" for line in pins))
             handle.writestr("pythons.txt", " ".join(pythons) + "\n")   # setup.sh refuses another image
         handle.writestr("assignment.txt", assignment.id + "\n")
+        if has_variants(assignment):   # the key of this one assignment; never the course's secret
+            info = zipfile.ZipInfo(KEY_FILE)
+            info.external_attr = (stat.S_IFREG | 0o600) << 16
+            handle.writestr(info, Variants.of(course).key_file_text(assignment), zipfile.ZIP_DEFLATED)
     return archive, pythons

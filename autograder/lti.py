@@ -26,7 +26,6 @@ import base64
 import hashlib
 import json
 import os
-import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from autograder.course import CourseError
-from autograder.files import write_atomic
+from autograder.files import PrivateFileError, read_private, write_atomic
 
 SCOPES = ("https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
           "https://purl.imsglobal.org/spec/lti-ags/scope/score",
@@ -135,18 +134,12 @@ def make_keys(private_path):
 
 def read_private_key(path, course_root):
     """The tool's private key; refused when others may read it or when it lies in the course repository."""
-    path = Path(path)
     try:
-        mode = path.stat().st_mode
-    except OSError as error:
-        raise CourseError(f"cannot read the tool's private key {path}: {error.strerror} (make lms-keys makes one)") \
-            from None
-    if Path(course_root).resolve() in path.resolve().parents:
-        raise CourseError(f"the private key {path} lies inside the course repository: move it out (and chmod 600 it)")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise CourseError(f"the private key {path} can be read by others (mode {stat.S_IMODE(mode):o}): chmod 600 {path}")
+        pem = read_private(path, course_root, "the private key", "make lms-keys makes one")
+    except PrivateFileError as error:
+        raise CourseError(str(error)) from None
     try:
-        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        return serialization.load_pem_private_key(pem, password=None)
     except ValueError:
         raise CourseError(f"{path} is not an unencrypted PEM private key (make lms-keys makes one)") from None
 

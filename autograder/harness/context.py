@@ -12,9 +12,12 @@ from autograder.sandbox.student import StudentError
 
 
 class Student:
-    def __init__(self, process, from_scratch=(), device=None):
+    def __init__(self, process, from_scratch=(), device=None, variant=None, others=None):
         self.process = process
         self.device = device                   # "cuda": the calls' tensors go to the GPU (kernel assignments)
+        self.variant = variant                 # the student's own numbers of this notebook (variants.py), or None
+        self.others = dict(others or {})       # whose -> numbers: the released notebook's and each classmate's
+        self.flags = []                        # for the instructor's eyes: an answer that is another's variant
         self.from_scratch = set(from_scratch)  # exercise ids under the from-scratch rule
         self.exercise = None                   # the exercise whose tests are running
         self.builtin_attention_users = set()   # exercises whose calls reached torch's attention
@@ -31,6 +34,10 @@ class Student:
         if value.get("used_builtin_attention"):
             self.builtin_attention_users.add(self.exercise)
         return value
+
+    def value(self, name):
+        """The value the notebook gave `name` (an answer written as numbers), in the reply's "output"."""
+        return self._request(name, {"op": "value", "name": name}, replies.value)
 
     def names(self, names):
         return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)

@@ -143,6 +143,10 @@ def _work(value):
     value["work"] = Work(**work)
 
 
+def value(value):
+    return _dict(value, "the value reply", ["output"])
+
+
 def call(value):
     _dict(value, "the call reply", ["output"])
     _gradients(value.get("input_grads"), "input_grads")

@@ -216,10 +216,11 @@ class Worker:
 class StudentProcess:
     """One submission's code, in a child of the warm worker; use as a context manager."""
 
-    def __init__(self, worker, cells, limits=None, kernels="", warm=False):
+    def __init__(self, worker, cells, limits=None, kernels="", warm=False, files=None):
         self.worker = worker
         self.kernels = kernels    # course.yml's `kernels` of the assignment: imported before the child forks
         self.cells = list(cells)
+        self.files = dict(files or {})  # name -> text, written beside the notebook before its cells run (variant.json)
         self.limits = limits or Limits()
         self.pid = self.requests = self.replies = None
         self.host_pid = None      # the host's pid of the child (its cgroup, its memory), found when it starts
@@ -277,7 +278,8 @@ class StudentProcess:
                      for i, cell in enumerate(self.cells)]
             current = None
             try:
-                self._send({"op": "run_cells", "cells": cells, "cell_timeout": self.limits.cell_timeout})
+                self._send({"op": "run_cells", "cells": cells, "cell_timeout": self.limits.cell_timeout,
+                            "files": self.files})
                 deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                 while True:
                     message = protocol.decode(protocol.read_message(self.replies, deadline))
@@ -389,7 +391,7 @@ class StudentProcess:
     def _in_fresh_child(self, key, message, check):
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
-        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels, self.warm)
+        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels, self.warm, self.files)
         fresh.skip_cells, fresh.hung, fresh.deadline = set(self.skip_cells), self.hung, self.deadline
         fresh.restarts = self.limits.restarts  # no second chance: a crash is this call's
         try:

@@ -12,6 +12,7 @@ from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.harness.plugin import student_message
 from autograder.sandbox.student import StudentError
+from autograder.variants import DEFAULTS
 
 
 # Distinct sizes, so that a transpose or a reshape over the wrong axis cannot go unnoticed.
@@ -345,3 +346,17 @@ def counted(reply, what):
         raise Feedback(f"{what} ran beside {work.other_threads} other thread(s) started by the notebook, whose "
                        "work the count does not see.", "Start no thread in the notebook's cells.")
     return work
+
+
+def whose_numbers(student, agrees):
+    """The variant an answer that is not the student's own was worked out for: the first of
+    student.others whose numbers satisfy agrees(numbers) (the released notebook's, or a classmate's,
+    which the instructor is told of in the submission's flags), or None."""
+    for whose, numbers in student.others.items():
+        if agrees(numbers):
+            if whose != DEFAULTS:
+                flag = f"{student.exercise}: the answers are those of {whose}'s variant"
+                if flag not in student.flags:
+                    student.flags.append(flag)
+            return whose
+    return None
