@@ -1,0 +1,43 @@
+"""The catalogue of cache_budget (the tokens that fit in the student's own memory budget, for their own
+model): its mistakes (with the cause each must be named by, a key of CAUSES in
+autograder/suites/test_cache_budget.py, and the tests it may fail), correct variants and degenerate
+answers.  Each entry is graded as a student of its own, on that student's variant."""
+
+from functools import partial
+
+from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.notebooks import solution_answers
+
+SOLUTION = solution_answers("latent_attention")["cache_budget"]
+changed = partial(edited, SOLUTION)
+
+
+MISTAKES = [
+    Mistake("gigabytes, not GiB", "gigabytes", fails=("tokens_that_fit",),
+            code=changed('VARIANT["budget_gib"] * 2**30', 'VARIANT["budget_gib"] * 10**9')),
+    Mistake("a token that does not fit whole counted", "rounded", fails=("tokens_that_fit",),
+            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)",
+                         "math.ceil(budget / kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra))")),
+    Mistake("the released notebook's model (no variant.json)", "other_variant", fails=("tokens_that_fit",),
+            code=SOLUTION.replace("VARIANT[", "DEFAULT_VARIANT[")),
+    Mistake("floats from true division", "format", fails=("answer_format", "tokens_that_fit"),
+            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)",
+                         "budget / kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)")),
+]
+
+
+VARIANTS = [
+    Variant("bytes per token worked out by hand, whole floats", '''n, h, d = VARIANT["n_layers"], VARIANT["n_heads"], VARIANT["d_head"]
+size = {"bfloat16": 2, "float16": 2, "float32": 4}[VARIANT["dtype"]]
+budget = VARIANT["budget_gib"] * 1024 ** 3
+per_token = {"mha": n * 2 * h * d * size, "gqa": n * 2 * VARIANT["n_kv_heads"] * d * size,
+             "mla": n * (VARIANT["d_latent"] + VARIANT["d_rope"]) * size}
+cache_budget = {kind: float(math.floor(budget / bytes_)) for kind, bytes_ in per_token.items()}
+'''),
+]
+
+
+DEGENERATES = [
+    Degenerate("the same count for every kind", 'cache_budget = {"mha": 1000, "gqa": 1000, "mla": 1000}\n'),
+    Degenerate("zeros", 'cache_budget = {"mha": 0, "gqa": 0, "mla": 0}\n'),
+]
