@@ -1,0 +1,91 @@
+"""Hidden tests for pattern_floor: what the best model can learn on the student's own pattern task
+(student.variant: period, vocab, seq_len, drawn again here from the student's id).
+
+pattern_floor = {"first_predictable": period - 1, "loss_floor": first_predictable / seq_len * ln(vocab)}.
+The floor is checked against the student's own first_predictable, so that a slip there costs that test
+alone.
+"""
+
+import math
+
+from autograder.harness import checks
+from autograder.suites.helpers.common import whose_numbers
+
+# The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
+CAUSES = {
+    "other_variant": "These are the numbers of another variant, not yours: work from VARIANT, your copy's "
+                     "pattern task (the variant.json beside your notebook).",
+    "period": "the period taken for the first predictable position: the target at t is token t + 1, a copy of "
+              "token t + 1 - period, so position period - 1 is the first whose target is known",
+    "log2": "the floor in bits (log2): cross-entropy in PyTorch uses the natural log",
+    "predictable_counted": "the floor counts the positions that can be predicted: they cost nothing, the others "
+                           "ln(vocab) each",
+    "format": 'Give pattern_floor = {"first_predictable": an int, "loss_floor": a number}.',
+}
+TOLERANCE = 0.01   # relative, on the floor
+
+
+def answer(student):
+    value = student.value("pattern_floor")["output"]
+    checks.require(isinstance(value, dict) and {"first_predictable", "loss_floor"} <= set(value),
+                   f"pattern_floor is {type(value).__name__}, not a dict with first_predictable and loss_floor.",
+                   CAUSES["format"])
+    first, floor = value["first_predictable"], value["loss_floor"]
+    checks.require(type(first) is int or (isinstance(first, float) and first.is_integer()),
+                   f"pattern_floor['first_predictable'] is {first!r}, not a position.", CAUSES["format"])
+    checks.require(isinstance(floor, (int, float)) and math.isfinite(floor),
+                   f"pattern_floor['loss_floor'] is {floor!r}, not a number.", CAUSES["format"])
+    return int(first), float(floor)
+
+
+def floor_of(numbers, first=None, log=math.log):
+    first = numbers["period"] - 1 if first is None else first
+    return first / numbers["seq_len"] * log(numbers["vocab"])
+
+
+def close(got, want):
+    return math.isclose(got, want, rel_tol=TOLERANCE)
+
+
+def test_answers_the_task(student):
+    """The gate: a position inside the sequence, and a floor between a perfect model and a uniform guess."""
+    first, floor = answer(student)
+    numbers = student.variant
+    checks.require(0 < first < numbers["seq_len"], f"first_predictable is {first}, no position after the first "
+                   f"of a sequence of {numbers['seq_len']}.")
+    checks.require(0 < floor < math.log(numbers["vocab"]), f"loss_floor is {floor:.4f}, not between a perfect "
+                   f"model (0) and a uniform guess over your vocabulary (ln {numbers['vocab']}).")
+
+
+def test_answer_format(student):
+    answer(student)
+
+
+def test_first_predictable(student):
+    first, floor = answer(student)
+    want = student.variant["period"] - 1
+    if first == want:
+        return
+    observed = f"first_predictable is {first}, where your task gives {want}."
+    if first == student.variant["period"]:
+        raise checks.Feedback(observed, f"Likely cause: {CAUSES['period']}.")
+    other = whose_numbers(student, lambda numbers: first == numbers["period"] - 1
+                          and close(floor, floor_of(numbers)))
+    raise checks.Feedback(observed, CAUSES["other_variant"] if other else
+                          "The target at t is token t + 1: from which t on is it a copy of an earlier token?")
+
+
+def test_loss_floor(student):
+    first, floor = answer(student)
+    numbers = student.variant
+    if close(floor, floor_of(numbers, first)) or close(floor, floor_of(numbers)):
+        return
+    want = floor_of(numbers, first)
+    observed = f"loss_floor is {floor:.4f}, where your task and your first_predictable give {want:.4f}."
+    if any(close(floor, floor_of(numbers, f, math.log2)) for f in (first, numbers["period"] - 1)):
+        raise checks.Feedback(observed, f"Likely cause: {CAUSES['log2']}.")
+    if close(floor, (numbers["seq_len"] - first) / numbers["seq_len"] * math.log(numbers["vocab"])):
+        raise checks.Feedback(observed, f"Likely cause: {CAUSES['predictable_counted']}.")
+    other = whose_numbers(student, lambda others: close(floor, floor_of(others)) or close(floor, floor_of(others, first)))
+    raise checks.Feedback(observed, CAUSES["other_variant"] if other else
+                          "Each position before first_predictable costs ln(vocab); average over all seq_len positions.")
