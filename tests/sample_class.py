@@ -120,8 +120,9 @@ ALL = [assignment.id for assignment in COURSE.assignments]   # ada and ben hand 
 STUDENTS = {
     "ada_perfect": {assignment: {} for assignment in ALL},
     "ben_untouched": {assignment: "untouched" for assignment in ALL},
-    "cara_no_scaling": {"scaled_attention": {"sdpa": SDPA_UNSCALED}, "masks": {},
-                        "multi_head": {}},
+    "cara_no_scaling": {"attention_basics": {"by_hand": mistake("by_hand", "the released notebook's numbers (no "
+                                                                "variant.json)")},
+                        "scaled_attention": {"sdpa": SDPA_UNSCALED}, "masks": {}, "multi_head": {}},
     "dev_wrong_axes": {"scaled_attention": {"sdpa": SDPA_WRONG_DIM}, "masks": {"causal_mask": CAUSAL_UPPER},
                        "multi_head": {"heads": SPLIT_NO_TRANSPOSE}},
     "eli_three_d_only": {"scaled_attention": {"sdpa": SDPA_3D_ONLY}, "masks": {"causal_mask": CAUSAL_FLOAT},
@@ -173,6 +174,7 @@ def all_but(exercise_id, *kept):
 # The hidden tests each student loses, as "exercise: test"; every other test of what they handed in
 # earns its points as course.yml gives them, so the expected scores follow a change of points.
 LOST = {
+    ('cara_no_scaling', 'attention_basics'): ('by_hand: test_scores', 'by_hand: test_context'),
     ('cara_no_scaling', 'scaled_attention'): (
         'sdpa: test_matches_torch_attention',
         'sdpa: test_matches_torch_attention_with_mask',

@@ -1,0 +1,235 @@
+"""Per-student variants: each student graded on their own numbers, named when they answer another's;
+the numbers reproducible from the secret and the id alone; the secret private, and in no file that
+leaves the course by any delivery path (the release, a student kit, Gradescope's zip, variant.json).
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import variants
+from autograder.suites import test_by_hand, test_cache_budget
+from autograder.variants import SECRET_ENV, Variants
+from tests.conftest import run_grader
+from tests.notebooks import COURSE, make_submission, solution_answers
+
+BASICS, LATENT = COURSE.assignment("attention_basics"), COURSE.assignment("latent_attention")
+VARIANT_EXERCISES = [(a.id, e.id) for a in COURSE.assignments for e in a.exercises if e.variant]
+
+
+def numbers(assignment, student):
+    return Variants.of(COURSE).draw(assignment, assignment.notebooks[0], student)
+
+
+def by_hand_written_out(student):
+    """by_hand as a student who worked out `student`'s numbers writes it: numbers, not code."""
+    mine = numbers(BASICS, student)
+    scores = test_by_hand.scores_of(mine)
+    weights = test_by_hand.softmax(scores)
+    context = test_by_hand.weighted(weights, mine["values"])
+    rounded = {name: [round(x, 2) for x in part] for name, part in
+               (("scores", scores), ("weights", weights), ("context", context))}
+    return f"by_hand = {rounded!r}\n"
+
+
+def cache_budget_written_out(student):
+    mine = numbers(LATENT, student)
+    counts = {kind: test_cache_budget.fitting(mine, test_cache_budget.per_token(mine, kind))
+              for kind in test_cache_budget.KINDS}
+    return f"cache_budget = {counts!r}\n"
+
+
+def test_the_course_has_variant_exercises_in_three_assignments():
+    """course.yml's variant exercises: at least three, of different kinds (by hand, costs, a trained task)."""
+    assert len({assignment for assignment, _ in VARIANT_EXERCISES}) >= 3, VARIANT_EXERCISES
+
+
+def test_each_student_has_numbers_of_their_own_drawn_again_from_the_secret_and_the_id(tmp_path):
+    one, other = Variants.of(COURSE), Variants.of(COURSE)
+    notebook = BASICS.notebooks[0]
+    assert one.draw(BASICS, notebook, "alice") == other.draw(BASICS, notebook, "alice")   # reproducible
+    drawn = {json.dumps(one.draw(BASICS, notebook, f"student{i}")) for i in range(40)}
+    assert len(drawn) == 40                       # every student their own
+    assert one.default(BASICS, notebook) not in map(json.loads, drawn)   # the released numbers are nobody's
+    assert one.seed(BASICS, notebook, "alice") != one.seed(LATENT, LATENT.notebooks[0], "alice")
+    # Another secret gives other numbers: the id alone tells nobody a student's numbers.
+    secret = tmp_path / "secret"
+    secret.write_text("ab" * 32 + "\n")
+    secret.chmod(0o600)
+    os.environ[SECRET_ENV], kept = str(secret), os.environ[SECRET_ENV]
+    try:
+        assert Variants.of(COURSE).draw(BASICS, notebook, "alice") != one.draw(BASICS, notebook, "alice")
+    finally:
+        os.environ[SECRET_ENV] = kept
+
+
+@pytest.fixture(scope="module")
+def two_students(tmp_path_factory):
+    """alice and bob hand in the same numbers, alice's, written out by hand; carol the reference code."""
+    root = tmp_path_factory.mktemp("variants")
+    basics, latent = solution_answers("attention_basics"), solution_answers("latent_attention")
+    for student in ("alice", "bob"):
+        make_submission("attention_basics", {**basics, "by_hand": by_hand_written_out("alice")},
+                        root / "submitted" / student / "attention_basics")
+        make_submission("latent_attention", {**latent, "cache_budget": cache_budget_written_out("alice")},
+                        root / "submitted" / student / "latent_attention")
+    make_submission("attention_basics", basics, root / "submitted" / "carol" / "attention_basics")
+    process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
+                         "--db", f"sqlite:///{root / 'gradebook.db'}", "--no-service", timeout=900)
+    assert process.returncode == 0, process.stderr
+    return root
+
+
+def exercise_tests(root, student, assignment, exercise):
+    result = json.loads((root / "out" / "results" / student / assignment / "results.json").read_text())
+    return {test["name"].split(": ", 1)[1]: test for test in result["tests"] if test["name"].startswith(exercise + ":")}
+
+
+def test_two_students_each_graded_on_their_own_numbers_and_named_on_the_others(two_students):
+    for assignment, exercise, lost in (("attention_basics", "by_hand", {"test_scores", "test_context"}),
+                                       ("latent_attention", "cache_budget", {"test_tokens_that_fit"})):
+        alice = exercise_tests(two_students, "alice", assignment, exercise)
+        assert all(test["score"] == test["max_score"] for test in alice.values()), alice
+        bob = exercise_tests(two_students, "bob", assignment, exercise)
+        assert {name for name, test in bob.items() if test["score"] < test["max_score"]} == lost
+        cause = {"by_hand": test_by_hand, "cache_budget": test_cache_budget}[exercise].CAUSES["other_variant"]
+        for name in lost:
+            assert bob[name]["score"] == 0 and cause in bob[name]["output"], bob[name]
+            assert "alice" not in bob[name]["output"]   # the student is not told whose numbers they are
+    carol = exercise_tests(two_students, "carol", "attention_basics", "by_hand")
+    assert all(test["score"] == test["max_score"] for test in carol.values())
+
+
+def test_the_instructor_is_told_whose_variant_an_answer_holds(two_students):
+    rows = {row.split(",")[0] + "/" + row.split(",")[1]: row
+            for row in (two_students / "out" / "grades.csv").read_text().splitlines()[1:]}
+    assert "by_hand: the answers are those of alice's variant" in rows["bob/attention_basics"]
+    assert "cache_budget: the answers are those of alice's variant" in rows["bob/latent_attention"]
+    assert "variant" not in rows["alice/attention_basics"] and "variant" not in rows["carol/attention_basics"]
+    process = run_grader("report", "--out", two_students / "out")
+    assert process.returncode == 0, process.stderr
+    report = (two_students / "out" / "report" / "report.md").read_text()
+    assert "bob / attention_basics: attention_basics.ipynb: by_hand: the answers are those of alice's variant" in report
+
+
+def test_the_secret_is_made_once_private_and_outside_the_repository(tmp_path):
+    secret = tmp_path / "config" / "variant-secret"
+    env = {SECRET_ENV: str(secret)}
+    made = run_grader("variant-secret", "--out", tmp_path / "grading", env=env)
+    assert made.returncode == 0 and "Made the course's variant secret" in made.stdout, made.stderr
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_text().strip()) == 64
+    first = secret.read_text()
+    assert run_grader("variant-secret", "--if-missing", env=env).returncode == 0 and secret.read_text() == first
+    (tmp_path / "grading" / "results" / "alice").mkdir(parents=True)    # grades exist now
+    refused = run_grader("variant-secret", "--out", tmp_path / "grading", env=env)
+    assert refused.returncode == 2 and "grades exist" in refused.stderr and secret.read_text() == first
+    forced = run_grader("variant-secret", "--out", tmp_path / "grading", "--force", env=env)
+    assert forced.returncode == 0 and secret.read_text() != first
+    secret.chmod(0o644)
+    shared = run_grader("grade", "--assignment", "attention_basics", "--no-service",
+                        COURSE.release_notebook(BASICS, BASICS.notebooks[0]), env=env)
+    assert shared.returncode == 2
+    assert shared.stderr.strip() == f"error: the variant secret {secret} can be read by others (mode 644): chmod 600 {secret}"
+    inside = run_grader("variant-secret", env={SECRET_ENV: str(COURSE.root / "variant-secret")})
+    assert inside.returncode == 2 and "inside the course repository" in inside.stderr
+    assert not (COURSE.root / "variant-secret").exists()
+
+
+def test_a_course_without_variants_needs_no_secret(tmp_path):
+    masks = COURSE.assignment("masks")
+    notebook = make_submission("masks", solution_answers("masks"), tmp_path / "masks")[0]
+    process = run_grader("grade", "--assignment", "masks", "--no-service", notebook,
+                         env={SECRET_ENV: str(tmp_path / "no-such-secret")})
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.strip().splitlines()[-1].startswith(f"{masks.max_score:g} / {masks.max_score:g}")
+
+
+def files_of(folder):
+    return [path for path in Path(folder).rglob("*") if path.is_file()]
+
+
+def holds(path, text):
+    data = path.read_bytes()
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as archive:
+            return any(text.encode() in archive.read(name) for name in archive.namelist())
+    return text.encode() in data
+
+
+def test_the_secret_leaves_by_no_delivery_path(tmp_path, two_students):
+    """The release folder, the whole class's and one student's kit, Gradescope's zip, the variant.json files
+    and what grading writes hold neither the secret nor, but for the zip, a key made from it."""
+    secret = variants.read_secret(COURSE).decode()
+    keys = {assignment.id: Variants.of(COURSE).key(assignment.id).hex() for assignment in COURSE.assignments
+            if variants.has_variants(assignment)}
+    kit = run_grader("student-kit", "--out", tmp_path / "kit", "--at", "2027-02-01T00:00:00Z")
+    own = run_grader("student-kit", "--out", tmp_path / "alice-kit", "--at", "2027-02-01T00:00:00Z", "--student", "alice")
+    zipped = run_grader("gradescope-zip", "--assignment", "attention_basics", "--out", tmp_path / "autograder.zip")
+    sent = run_grader("variants", "--submitted", two_students / "submitted", "--out", tmp_path / "variants",
+                      "--assignment", "attention_basics", "--assignment", "latent_attention")
+    for process in (kit, own, zipped, sent):
+        assert process.returncode == 0, process.stderr
+    assert sorted(p.relative_to(tmp_path / "variants").as_posix() for p in files_of(tmp_path / "variants")) == [
+        f"{s}/{a}/variant.json" for s in ("alice", "bob", "carol") for a in ("attention_basics", "latent_attention")]
+    mine = json.loads((tmp_path / "alice-kit" / "attention_basics" / "variant.json").read_text())
+    assert mine == json.loads((tmp_path / "variants" / "alice" / "attention_basics" / "variant.json").read_text())
+    assert mine["notebooks"]["attention_basics"] == numbers(BASICS, "alice")
+    assert not (tmp_path / "kit" / "attention_basics" / "variant.json").exists()   # the class's kit: nobody's numbers
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
+        shipped = json.loads(archive.read(variants.KEY_FILE))
+        assert shipped == {"assignment": "attention_basics", "key": keys["attention_basics"]}
+        assert (archive.getinfo(variants.KEY_FILE).external_attr >> 16) & 0o777 == 0o600
+    released = [*files_of(COURSE.root / "exercises"), *files_of(tmp_path / "kit"), tmp_path / "kit.zip",
+                *files_of(tmp_path / "alice-kit"), tmp_path / "alice-kit.zip", tmp_path / "autograder.zip",
+                *files_of(tmp_path / "variants"), *files_of(two_students / "out")]
+    assert len(released) > 50
+    for path in released:
+        assert not holds(path, secret), path
+        for assignment, key in keys.items():
+            assert path == tmp_path / "autograder.zip" and assignment == "attention_basics" or not holds(path, key), path
+
+
+def test_gradescope_grades_the_submitter_of_the_metadata_with_the_zips_key_alone(tmp_path):
+    root = tmp_path / "autograder"
+    zipped = run_grader("gradescope-zip", "--assignment", "attention_basics", "--out", tmp_path / "autograder.zip")
+    assert zipped.returncode == 0, zipped.stderr
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
+        archive.extractall(root / "source")
+    (root / "source" / "run_autograder").chmod(0o755)
+    notebook = make_submission("attention_basics", {**solution_answers("attention_basics"),
+                                                    "by_hand": by_hand_written_out("alice")}, tmp_path / "upload")[0]
+    scores = {}
+    for sid in ("alice", "bob"):
+        (root / "submission").mkdir(exist_ok=True)
+        (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
+        (root / "submission_metadata.json").write_text(json.dumps({"users": [{"sid": sid, "email": f"{sid}@example.edu"}]}))
+        env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
+               SECRET_ENV: str(tmp_path / "no-secret-on-gradescope")}
+        process = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
+                                 timeout=600)
+        assert process.returncode == 0, process.stderr
+        result = json.loads((root / "results" / "results.json").read_text())
+        scores[sid] = {t["name"].split(": ", 1)[1]: t["score"] for t in result["tests"] if t["name"].startswith("by_hand:")}
+    assert scores["alice"] == {"test_answer_format": 1, "test_scores": 3, "test_weights": 3, "test_context": 3}
+    assert scores["bob"]["test_scores"] == 0 and scores["bob"]["test_context"] == 0 and scores["bob"]["test_weights"] == 3
+
+
+def test_a_students_copy_shows_their_own_numbers(tmp_path):
+    """The released notebook, run beside one student's variant.json, prints and checks that student's numbers."""
+    process = run_grader("student-kit", "--out", tmp_path / "kit", "--at", "2027-02-01T00:00:00Z", "--student", "alice")
+    assert process.returncode == 0, process.stderr
+    import nbformat
+    notebook = nbformat.read(tmp_path / "kit" / "attention_basics" / "attention_basics.ipynb", as_version=4)
+    cell = next(c for c in notebook.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "variant")
+    shown = subprocess.run([sys.executable, "-c", cell.source], cwd=tmp_path / "kit" / "attention_basics",
+                           capture_output=True, text=True, timeout=60)
+    mine = numbers(BASICS, "alice")
+    assert shown.returncode == 0 and f"query:  {mine['query']}" in shown.stdout, shown.stderr
+    elsewhere = subprocess.run([sys.executable, "-c", cell.source], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "nobody's numbers" in elsewhere.stdout, elsewhere.stderr
