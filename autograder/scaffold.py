@@ -7,7 +7,7 @@ and TODOs where only its author knows what to write:
                                             and visible self-check (check_<id>), with nbgrader's metadata
   course.yml                                its entry: suite, gate, basic tests, points
   autograder/suites/test_<id>.py            its calls into student code, CAUSES, gate and tests
-  tests/catalogue/<id>.py                   its mistakes, correct variants and degenerate answers
+  tests/catalogue/<id>.py                   its mistakes, correct alternatives and degenerate answers
   README.md                                 the table of assignments, written again from course.yml
 
 It refuses, before writing anything, when the id is taken or any of these files exists.  Then
@@ -73,10 +73,10 @@ def test_matches_reference_solution(student, reference):
 '''
 
 CATALOGUE = '''"""The catalogue of {exercise}: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_{exercise}.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_{exercise}.py, and the tests it may fail), correct alternatives and
 degenerate answers.  TODO: the mistakes students really make, each with its own cause."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 MISTAKES = [
     Mistake("doubles its input", "doubled",
@@ -87,8 +87,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("the reference written another way (TODO)", \'\'\'def {function}(x):
+ALTERNATIVES = [
+    Alternative("the reference written another way (TODO)", \'\'\'def {function}(x):
     return {copy}
 \'\'\'),
 ]

@@ -17,7 +17,7 @@ their ratio, the whole class's (nbgrader's is the sum of its assignments), the p
 of the whole process tree) of each, and the floor: the time the hidden checks themselves took
 (recorded per notebook by the grader), spread over the cores, with the grader's wall time over it.
 Then the spread of the measured memory of honest answers: the memory tests of the reference and of a
-correct variant written with einsum, run --spread times each in fresh children while another process
+correct alternative written with einsum, run --spread times each in fresh children while another process
 keeps a core busy.  The figures also go to bench-results.json (or --json).  Last, the sample class
 through a one-node Slurm cluster started on this machine, with 1, 2 and 4 shards, beside one machine
 (--only-slurm: that part alone).
@@ -253,11 +253,11 @@ def memory_spread(runs):
     from autograder.harness.context import Student
     from autograder.sandbox.student import Cell, StudentProcess, Worker
     from autograder.suites.helpers import tiled
-    from tests.catalogue import VARIANTS
+    from tests.catalogue import ALTERNATIVES
 
     answers = solution_answers("flash_attention")
-    einsum = next(v.code for v in VARIANTS if v.exercise == "tiled_attention" and "einsum" in v.code)
-    honest = {"reference": answers["tiled_attention"], "einsum variant": einsum}
+    einsum = next(v.code for v in ALTERNATIVES if v.exercise == "tiled_attention" and "einsum" in v.code)
+    honest = {"reference": answers["tiled_attention"], "einsum alternative": einsum}
     q, k, v, out, lse = tiled.memory_reference(12)
     cq, ck, cv, c_out, c_lse = tiled.memory_reference(12, causal=True)
     bq, bk, bv, d_out, b_out, b_lse, *_ = tiled.memory_gradients(20)
@@ -295,15 +295,15 @@ def memory_spread(runs):
 
 def integrity_seconds(students=300):
     """The similarity search of the integrity report on a synthetic class: every catalogue answer
-    (mistakes, variants) handed in by students/len(answers) students each, names renamed per student."""
+    (mistakes, alternatives) handed in by students/len(answers) students each, names renamed per student."""
     import random
     import re
     from autograder.integrity import similar_pairs, stubs
-    from tests.catalogue import MISTAKES, VARIANTS
+    from tests.catalogue import MISTAKES, ALTERNATIVES
 
     rng = random.Random(0)
     pool = defaultdict(list)
-    for entry in [*MISTAKES, *VARIANTS]:
+    for entry in [*MISTAKES, *ALTERNATIVES]:
         pool[entry.exercise].append(entry.code)
     answers = {}
     for exercise, codes in pool.items():

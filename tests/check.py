@@ -3,7 +3,7 @@
 Runs the released notebook as a student runs it, with the reference answers in, up to the
 exercise's visible check (a cell that fails there fails the check).  Then grades, as one small class
 with the command instructors run (`grade-class`): the reference solution, the released stub, and
-every catalogue entry of the exercise (its mistakes, correct variants, degenerate answers and
+every catalogue entry of the exercise (its mistakes, correct alternatives, degenerate answers and
 answers that game a measured point).  Prints one line per answer with its points and whether it
 graded as the catalogue says, and exits 1 when any did not.  tests/test_catalogue.py judges the
 whole catalogue with the same functions.
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from autograder.sandbox.jail import kernel_device
-from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, GAMING, MISTAKES, VARIANTS, cause_text
+from tests.catalogue import DEGENERATE_SHARE, DEGENERATES, GAMING, MISTAKES, ALTERNATIVES, cause_text
 from tests.catalogue.entries import on_device
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
@@ -31,7 +31,7 @@ ASSIGNMENT_OF = {exercise.id: assignment.id for assignment in COURSE.assignments
 MAX_SCORE = {exercise.id: exercise.max_score for assignment in COURSE.assignments for exercise in assignment.exercises}
 SUITE_TEXT = {exercise.id: exercise.suite.read_text() for assignment in COURSE.assignments
               for exercise in assignment.exercises}
-KINDS = {"mistake": MISTAKES, "variant": VARIANTS, "degenerate": DEGENERATES, "gaming": GAMING}
+KINDS = {"mistake": MISTAKES, "alternative": ALTERNATIVES, "degenerate": DEGENERATES, "gaming": GAMING}
 
 
 def student_id(kind, entry):
@@ -100,7 +100,7 @@ def judge(results, kind, entry, device="cpu"):
     entry = on_device(entry, device)
     if entry is None:
         return earned, ""  # not judged on this device (the entry's on_gpu says why)
-    if kind == "variant":
+    if kind == "alternative":
         lost = [f"{test['name']}: {test.get('output', '')}" for test in tests if test["score"] < test["max_score"]]
         return earned, "\n".join(lost)
     if kind == "degenerate":

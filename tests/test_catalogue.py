@@ -1,6 +1,6 @@
 """The hidden suites are sharp and fair: every catalogued mistake loses points on its exercise, only
 in the tests it is allowed to fail (the properties it breaks), with feedback that names its cause
-and no other catalogued cause; every correct variant gets full marks; every degenerate answer
+and no other catalogued cause; every correct alternative gets full marks; every degenerate answer
 (uniform weights, zeros, NaN, masks that allow everything...) earns at most 20% of its exercise
 and hears why once, at the top of the exercise; every answer that games a measured point loses
 that point, and only the tests the catalogue says, with the reason.
@@ -11,7 +11,7 @@ judged by the functions `make check EXERCISE=id` uses (tests/check.py).
 
 import pytest
 
-from tests.catalogue import DEGENERATES, GAMING, MISTAKES, VARIANTS
+from tests.catalogue import DEGENERATES, GAMING, MISTAKES, ALTERNATIVES
 from tests.check import ASSIGNMENT_OF, entries, exactly_as_allowed, grade_entries, judge
 
 
@@ -21,7 +21,7 @@ def graded(tmp_path_factory):
 
 
 def test_catalogue_is_large_enough():
-    assert len(MISTAKES) >= 40 and len(VARIANTS) >= 15
+    assert len(MISTAKES) >= 40 and len(ALTERNATIVES) >= 15
     for kind in (MISTAKES, DEGENERATES):
         assert {entry.exercise for entry in kind} == set(ASSIGNMENT_OF), "every exercise has entries of each kind"
 
@@ -38,9 +38,9 @@ def test_mistake_loses_points_only_where_allowed_and_names_its_cause(graded, mis
     assert not wrong, f"{mistake.name!r}: {wrong}"
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v.exercise}-{v.name}")
-def test_correct_variant_gets_full_marks(graded, variant):
-    _, wrong = judge(graded, "variant", variant)
+@pytest.mark.parametrize("alternative", ALTERNATIVES, ids=lambda v: f"{v.exercise}-{v.name}")
+def test_correct_alternative_gets_full_marks(graded, alternative):
+    _, wrong = judge(graded, "alternative", alternative)
     assert not wrong, wrong
 
 

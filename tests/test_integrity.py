@@ -7,7 +7,7 @@ from autograder.course import load_course
 from autograder.integrity import similar_pairs, stubs
 from autograder.submission import build_program, read_notebook
 
-from tests.catalogue import VARIANTS
+from tests.catalogue import ALTERNATIVES
 from tests.notebooks import COURSE, ROOT
 
 
@@ -40,7 +40,7 @@ def recommented(source):
                        for index, line in enumerate(lines)) + "\n"
 
 
-VARIANT = {(v.exercise, v.name): v.code for v in VARIANTS}
+VARIANT = {(v.exercise, v.name): v.code for v in ALTERNATIVES}
 STABLE = VARIANT["sdpa", "manual stable softmax: exp, mask, renormalise"]
 LOOP = VARIANT["mha", "loop over heads"]
 CSA = VARIANT["causal_self_attention", "float buffer, torch.where, -1e9"]
@@ -48,17 +48,17 @@ TRAIN = VARIANT["train_model", "CrossEntropyLoss on [B, vocab, T], set_to_none"]
 KV = VARIANT["kv_cache", "lists of chunks, mask from positions"]
 
 COPIES = {  # (exercise, the student copied, the copy)
-    "copy_renamed": ("sdpa", "variant_sdpa_3", renamed(STABLE, {"scores": "logits", "exps": "unnormalised",
+    "copy_renamed": ("sdpa", "alternative_sdpa_3", renamed(STABLE, {"scores": "logits", "exps": "unnormalised",
                                                                  "total": "denominator", "weights": "attn"})),
-    "copy_recommented": ("causal_self_attention", "variant_causal_self_attention_0", recommented(CSA)),
-    "copy_reordered": ("causal_self_attention", "variant_causal_self_attention_0", CSA.replace(
+    "copy_recommented": ("causal_self_attention", "alternative_causal_self_attention_0", recommented(CSA)),
+    "copy_reordered": ("causal_self_attention", "alternative_causal_self_attention_0", CSA.replace(
         "        q = self.W_q(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)\n"
         "        k = self.W_k(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)\n",
         "        k = self.W_k(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)\n"
         "        q = self.W_q(x).reshape(B, T, self.h, C // self.h).permute(0, 2, 1, 3)\n").replace(
         "        self.W_o = nn.Linear(d_model, d_model, bias=bias)\n        self.attn_dropout = nn.Dropout(dropout)\n",
         "        self.attn_dropout = nn.Dropout(dropout)\n        self.W_o = nn.Linear(d_model, d_model, bias=bias)\n")),
-    "copy_comprehension": ("mha", "variant_mha_0", LOOP.replace(
+    "copy_comprehension": ("mha", "alternative_mha_0", LOOP.replace(
         "        outputs, maps = [], []\n        for h in range(self.num_heads):\n",
         "        pairs = []\n        for h in range(self.num_heads):\n").replace(
         "            outputs.append(out)\n            maps.append(w)\n",
@@ -66,9 +66,9 @@ COPIES = {  # (exercise, the student copied, the copy)
         "        return self.W_o(torch.cat(outputs, dim=-1))",
         "        outputs = [out for out, _ in pairs]\n        maps = [w for _, w in pairs]\n"
         "        return self.W_o(torch.cat(outputs, dim=-1))")),
-    "copy_of_training": ("train_model", "variant_train_model_0", renamed(TRAIN, {"history": "losses", "criterion": "loss_fn",
+    "copy_of_training": ("train_model", "alternative_train_model_0", renamed(TRAIN, {"history": "losses", "criterion": "loss_fn",
                                                                              "step": "i"})),
-    "copy_of_cache": ("kv_cache", "variant_kv_cache_0", recommented(renamed(KV, {"start": "offset", "context": "out"}))),
+    "copy_of_cache": ("kv_cache", "alternative_kv_cache_0", recommented(renamed(KV, {"start": "offset", "context": "out"}))),
 }
 
 
@@ -80,10 +80,10 @@ DERIVED = {("gqa", "expand and reshape")}
 def calibration_class():
     answers = sample_class_answers()
     counter = {}
-    for variant in (v for v in VARIANTS if (v.exercise, v.name) not in DERIVED):
-        index = counter.setdefault(variant.exercise, 0)
-        counter[variant.exercise] += 1
-        answers.setdefault(variant.exercise, {})[f"variant_{variant.exercise}_{index}"] = variant.code
+    for alternative in (v for v in ALTERNATIVES if (v.exercise, v.name) not in DERIVED):
+        index = counter.setdefault(alternative.exercise, 0)
+        counter[alternative.exercise] += 1
+        answers.setdefault(alternative.exercise, {})[f"alternative_{alternative.exercise}_{index}"] = alternative.code
     for student, (exercise, _, source) in COPIES.items():
         answers[exercise][student] = source
     return answers
@@ -91,15 +91,15 @@ def calibration_class():
 
 def test_every_copy_is_flagged_and_no_independent_correct_answers_are():
     answers = calibration_class()
-    assert answers["sdpa"]["variant_sdpa_3"] == STABLE  # the copies name the right originals
+    assert answers["sdpa"]["alternative_sdpa_3"] == STABLE  # the copies name the right originals
     pairs = similar_pairs(answers, stubs(load_course()))
     flagged = {(pair.exercise, frozenset((pair.first, pair.second))): pair for pair in pairs}
     for student, (exercise, original, _) in COPIES.items():
         assert (exercise, frozenset((student, original))) in flagged, (student, original)
-    # No independently written answer (a catalogue variant) is paired with anything but its copy.
+    # No independently written answer (a catalogue alternative) is paired with anything but its copy.
     for pair in pairs:
         sides = (pair.first, pair.second)
-        if any(side.startswith("variant_") for side in sides):
+        if any(side.startswith("alternative_") for side in sides):
             assert any(side.startswith("copy_") for side in sides), pair
 
 

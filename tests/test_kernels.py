@@ -228,7 +228,7 @@ def grade_kernel_track(root, device, monkeypatch, catalogue=True):
 def test_the_kernel_track_grades_on_the_gpu_as_the_catalogue_says(tmp_path, monkeypatch):
     """On a machine with a CUDA device, in the sandbox: the reference earns full marks with its kernels
     compiled for the GPU and in Triton's interpreter, and every kernel catalogue entry (mistakes,
-    variants, degenerate answers, gaming answers) grades on the GPU as the catalogue says, with the
+    alternatives, degenerate answers, gaming answers) grades on the GPU as the catalogue says, with the
     differences its entries state (on_gpu: what only the interpreter can count or stop)."""
     problems = device_problems(grade_kernel_track(tmp_path / "cuda", "cuda", monkeypatch), kernel_exercises(), "cuda")
     if version("triton") == PINNED_TRITON:
@@ -243,7 +243,7 @@ def test_the_kernel_track_grades_on_the_gpu_as_the_catalogue_says(tmp_path, monk
 
 def test_the_gpu_verdicts_fail_when_every_score_is_zero(tmp_path):
     """The GPU test's judgement cannot pass when grading is broken: with every test of every answer
-    at zero (a grader that could not run), the reference is named, and so is every variant."""
+    at zero (a grader that could not run), the reference is named, and so is every alternative."""
     results = tmp_path / "results"
     students = ["reference", "stub"] + [student_id(kind, entry) for exercise in kernel_exercises()
                                         for kind, entry in entries(exercise)]
@@ -257,8 +257,8 @@ def test_the_gpu_verdicts_fail_when_every_score_is_zero(tmp_path):
     problems = device_problems(results, kernel_exercises(), "cuda")
     for exercise in kernel_exercises():
         assert any(problem.startswith(f"{exercise}, reference:") for problem in problems), problems
-    variants = [entry for exercise in kernel_exercises() for kind, entry in entries(exercise) if kind == "variant"]
-    assert variants and all(any(f"variant {v.name!r}" in problem for problem in problems) for v in variants)
+    alternatives = [entry for exercise in kernel_exercises() for kind, entry in entries(exercise) if kind == "alternative"]
+    assert alternatives and all(any(f"alternative {v.name!r}" in problem for problem in problems) for v in alternatives)
 
 
 # The GPU path, guarded where no GPU is needed: cells that @triton.jit compiles from their source, the

@@ -1,5 +1,5 @@
 """The course's catalogue, one module per exercise (tests/catalogue/<exercise id>.py): the
-mistakes students really make, correct variants written differently from the reference,
+mistakes students really make, correct alternatives written differently from the reference,
 degenerate answers that compute no attention, and answers that game a measured point.  tests/test_catalogue.py grades them all and
 `make check EXERCISE=id` grades one exercise's part (tests/check.py judges both).
 """
@@ -7,7 +7,7 @@ degenerate answers that compute no attention, and answers that game a measured p
 import importlib
 from dataclasses import replace
 
-from tests.catalogue.entries import DEGENERATE_SHARE, Degenerate, Gaming, Mistake, Variant
+from tests.catalogue.entries import DEGENERATE_SHARE, Degenerate, Gaming, Mistake, Alternative
 from tests.notebooks import COURSE
 
 SUITES = {exercise.id: exercise.suite.stem for assignment in COURSE.assignments for exercise in assignment.exercises}
@@ -21,7 +21,7 @@ def _collect(kind):
     return found
 
 
-MISTAKES, VARIANTS, DEGENERATES = _collect("MISTAKES"), _collect("VARIANTS"), _collect("DEGENERATES")
+MISTAKES, ALTERNATIVES, DEGENERATES = _collect("MISTAKES"), _collect("ALTERNATIVES"), _collect("DEGENERATES")
 GAMING = _collect("GAMING")  # only the exercises with measured points have them
 
 
@@ -35,6 +35,6 @@ def mistake(exercise, name):
     return next(m.code for m in MISTAKES if m.exercise == exercise and m.name == name)
 
 
-__all__ = ["DEGENERATE_SHARE", "DEGENERATES", "GAMING", "MISTAKES", "VARIANTS", "Degenerate", "Gaming", "Mistake",
-           "Variant",
+__all__ = ["DEGENERATE_SHARE", "DEGENERATES", "GAMING", "MISTAKES", "ALTERNATIVES", "Degenerate", "Gaming", "Mistake",
+           "Alternative",
            "cause_text", "mistake"]

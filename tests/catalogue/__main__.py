@@ -4,7 +4,7 @@ markers (make check does it too); tests/test_docs.py checks that the page holds 
 import sys
 
 from autograder.readme import between
-from tests.catalogue import DEGENERATES, GAMING, MISTAKES, VARIANTS
+from tests.catalogue import DEGENERATES, GAMING, MISTAKES, ALTERNATIVES
 from tests.notebooks import ROOT
 
 PAGE = ROOT / "docs" / "grading.md"
@@ -15,9 +15,9 @@ END = "<!-- end of catalogue -->"
 def counts():
     """The sentence of the catalogue's counts, as docs/grading.md gives it."""
     debt = sum(bool(mistake.also_fails) for mistake in MISTAKES)
-    exercises = len({entry.exercise for entry in MISTAKES + VARIANTS + DEGENERATES})
-    return (f"Today the catalogue holds, over {exercises} exercises, {len(MISTAKES)} mistakes, {len(VARIANTS)} "
-            f"correct variants, {len(DEGENERATES)} degenerate answers and {len(GAMING)} answers that game a measured "
+    exercises = len({entry.exercise for entry in MISTAKES + ALTERNATIVES + DEGENERATES})
+    return (f"Today the catalogue holds, over {exercises} exercises, {len(MISTAKES)} mistakes, {len(ALTERNATIVES)} "
+            f"correct alternatives, {len(DEGENERATES)} degenerate answers and {len(GAMING)} answers that game a measured "
             f"point. {len(MISTAKES) - debt} of the {len(MISTAKES)} mistakes fail exactly their properties; the other "
             f"{debt} (their `also_fails`) also fail a value test in another regime, listed as debt.")
 

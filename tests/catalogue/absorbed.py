@@ -1,11 +1,11 @@
 """The catalogue of absorbed (absorbed_attention): its mistakes (with the cause each must be named by,
-a key of CAUSES in autograder/suites/test_absorbed.py, and the tests it may fail), correct variants and
+a key of CAUSES in autograder/suites/test_absorbed.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
 from functools import partial
 
 from autograder.suites.test_absorbed import CAUSES
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["absorbed"]
@@ -39,8 +39,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("W_uv folded into W_o ahead of time, einsum", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+ALTERNATIVES = [
+    Alternative("W_uv folded into W_o ahead of time, einsum", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
     B, S, _ = x_new.shape
     T = cache_latent.shape[1]
     H, dh, dl, dr = mla.num_heads, mla.d_head, mla.d_latent, mla.d_rope
@@ -56,7 +56,7 @@ VARIANTS = [
     context = torch.einsum("bhst,btl->bhsl", weights, cache_latent)
     return torch.einsum("bhsl,hml->bsm", context, w_o_latent)
 '''),
-    Variant("a loop over the heads", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
+    Alternative("a loop over the heads", '''def absorbed_attention(mla, x_new, cache_latent, cache_rope):
     B, S, _ = x_new.shape
     T = cache_latent.shape[1]
     H, dh, dr = mla.num_heads, mla.d_head, mla.d_rope

@@ -1,10 +1,10 @@
 """The catalogue of attention_costs: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_attention_costs.py, and the tests it may fail), correct variants
+CAUSES in autograder/suites/test_attention_costs.py, and the tests it may fail), correct alternatives
 and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["attention_costs"]
@@ -27,8 +27,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("itemsize and a ceiling by negation", '''def attention_costs(batch, heads, n, d, dtype, block_q=None):
+ALTERNATIVES = [
+    Alternative("itemsize and a ceiling by negation", '''def attention_costs(batch, heads, n, d, dtype, block_q=None):
     heads_total = batch * heads
     matmul = 2 * n * n * d
     if block_q:

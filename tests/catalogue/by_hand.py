@@ -1,12 +1,12 @@
 """The catalogue of by_hand (attention worked out by hand on the student's own numbers): its mistakes
 (with the cause each must be named by, a key of CAUSES in autograder/suites/test_by_hand.py, and the
-tests it may fail), correct variants and degenerate answers.  Each entry is graded as a student of its
+tests it may fail), correct alternatives and degenerate answers.  Each entry is graded as a student of its
 own, on that student's variant: the code reads VARIANT as a student's would.  An answer worked out for
 a classmate's numbers is tests/test_variants.py's."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("attention_basics")["by_hand"]
@@ -25,8 +25,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("two decimals, worked out in plain Python", '''import math
+ALTERNATIVES = [
+    Alternative("two decimals, worked out in plain Python", '''import math
 query, keys, values = VARIANT["query"], VARIANT["keys"], VARIANT["values"]
 scores = [(query[0] * k[0] + query[1] * k[1]) / math.sqrt(2) for k in keys]
 exps = [math.exp(s) for s in scores]
@@ -35,7 +35,7 @@ context = [sum(w * v[j] for w, v in zip(weights, values)) for j in range(2)]
 by_hand = {"scores": [round(s, 2) for s in scores], "weights": [round(w, 2) for w in weights],
            "context": [round(c, 2) for c in context]}
 '''),
-    Variant("the notebook's attention function, as arrays", '''q, K, V = (np.array(VARIANT[name], dtype=float) for name in ("query", "keys", "values"))
+    Alternative("the notebook's attention function, as arrays", '''q, K, V = (np.array(VARIANT[name], dtype=float) for name in ("query", "keys", "values"))
 context, weights = attention(q[None, :], K, V)
 by_hand = {"scores": K @ q / np.sqrt(2), "weights": weights[0], "context": context[0]}
 '''),

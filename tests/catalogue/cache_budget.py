@@ -1,11 +1,11 @@
 """The catalogue of cache_budget (the tokens that fit in the student's own memory budget, for their own
 model): its mistakes (with the cause each must be named by, a key of CAUSES in
-autograder/suites/test_cache_budget.py, and the tests it may fail), correct variants and degenerate
+autograder/suites/test_cache_budget.py, and the tests it may fail), correct alternatives and degenerate
 answers.  Each entry is graded as a student of its own, on that student's variant."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["cache_budget"]
@@ -26,8 +26,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("bytes per token worked out by hand, whole floats", '''n, h, d = VARIANT["n_layers"], VARIANT["n_heads"], VARIANT["d_head"]
+ALTERNATIVES = [
+    Alternative("bytes per token worked out by hand, whole floats", '''n, h, d = VARIANT["n_layers"], VARIANT["n_heads"], VARIANT["d_head"]
 size = {"bfloat16": 2, "float16": 2, "float32": 4}[VARIANT["dtype"]]
 budget = VARIANT["budget_gib"] * 1024 ** 3
 per_token = {"mha": n * 2 * h * d * size, "gqa": n * 2 * VARIANT["n_kv_heads"] * d * size,

@@ -1,10 +1,10 @@
 """The catalogue of cache_bytes (kv_cache_bytes_per_token): its mistakes (with the cause each must be
 named by, a key of CAUSES in autograder/suites/test_cache_bytes.py, and the tests it may fail), correct
-variants and degenerate answers."""
+alternatives and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["cache_bytes"]
@@ -37,8 +37,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("a table of numbers per layer, itemsize", '''def kv_cache_bytes_per_token(kind, n_layers, n_heads, d_head, dtype, n_kv_heads=None, d_latent=None, d_rope=None):
+ALTERNATIVES = [
+    Alternative("a table of numbers per layer, itemsize", '''def kv_cache_bytes_per_token(kind, n_layers, n_heads, d_head, dtype, n_kv_heads=None, d_latent=None, d_rope=None):
     numbers = {
         "mha": lambda: 2 * n_heads * d_head,
         "gqa": lambda: 2 * n_kv_heads * d_head,
@@ -49,7 +49,7 @@ VARIANTS = [
         raise ValueError(kind)
     return numbers[kind]() * n_layers * torch.empty((), dtype=dtype).element_size()
 '''),
-    Variant("MHA and MQA as GQA", '''def kv_cache_bytes_per_token(kind, n_layers, n_heads, d_head, dtype, n_kv_heads=None, d_latent=None, d_rope=None):
+    Alternative("MHA and MQA as GQA", '''def kv_cache_bytes_per_token(kind, n_layers, n_heads, d_head, dtype, n_kv_heads=None, d_latent=None, d_rope=None):
     width = dtype.itemsize
     if kind == "mla":
         return int(n_layers * (d_latent + d_rope) * width)

@@ -1,8 +1,8 @@
 """The catalogue of causal_mask: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_causal_mask.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_causal_mask.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -42,12 +42,12 @@ def causal_mask(seq_len, device=None):
 ]
 
 
-VARIANTS = [
-    Variant("arange comparison", '''def causal_mask(seq_len, device=None):
+ALTERNATIVES = [
+    Alternative("arange comparison", '''def causal_mask(seq_len, device=None):
     positions = torch.arange(seq_len, device=device)
     return positions[:, None] >= positions[None, :]
 '''),
-    Variant("negated upper triangle", '''def causal_mask(seq_len, device=None):
+    Alternative("negated upper triangle", '''def causal_mask(seq_len, device=None):
     return ~torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)
 '''),
 ]

@@ -1,8 +1,8 @@
 """The catalogue of causal_self_attention: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_causal_self_attention.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_causal_self_attention.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import CSA_FORWARD_HEAD, CSA_INIT, _csa_returns
 
 
@@ -79,8 +79,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("float buffer, torch.where, -1e9", '''class CausalSelfAttention(nn.Module):
+ALTERNATIVES = [
+    Alternative("float buffer, torch.where, -1e9", '''class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, context_length, dropout=0.0, bias=True):
         super().__init__()
         if d_model % num_heads:

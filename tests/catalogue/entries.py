@@ -2,7 +2,7 @@
 
 A Mistake must lose points on its exercise only in the tests named in `fails` (the properties it
 breaks), with feedback that gives its cause, CAUSES[cause] of the exercise's suite, and no other
-mistake's cause.  A Variant is correct, written differently from the reference solution, and
+mistake's cause.  A Alternative is correct, written differently from the reference solution, and
 must get full marks.  A Degenerate answer keeps the shapes and the structure but computes nothing
 the exercise is about; it must earn at most DEGENERATE_SHARE of its exercise.  A Gaming answer is
 written to earn a measured point (memory, counted work, what a cache serves, a pruning that must run
@@ -37,7 +37,7 @@ class Mistake:
 
 
 @dataclass(frozen=True)
-class Variant:
+class Alternative:
     name: str
     code: str
     exercise: str = ""

@@ -1,8 +1,8 @@
 """The catalogue of fix_causal_attention: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_fix_causal_attention.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_fix_causal_attention.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import CAUSAL_ATTENTION_BUFFER, CAUSAL_ATTENTION_INIT
 
 
@@ -85,8 +85,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("additive -1e9 mask on a float buffer", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+ALTERNATIVES = [
+    Alternative("additive -1e9 mask on a float buffer", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x):
         t = x.shape[1]
@@ -95,7 +95,7 @@ VARIANTS = [
         weights = torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1)
         return self.dropout(weights) @ values
 '''),
-    Variant("bool conversion at use", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+    Alternative("bool conversion at use", CAUSAL_ATTENTION_INIT + '''        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x):
         b, num_tokens, d_in = x.shape

@@ -1,10 +1,10 @@
 """The catalogue of flash_kernel: its mistakes (with the cause each must be named by, a key of CAUSES in
-autograder/suites/test_flash_kernel.py, and the tests it may fail), correct variants, degenerate
+autograder/suites/test_flash_kernel.py, and the tests it may fail), correct alternatives, degenerate
 answers and answers that game the kernel's measured points."""
 
 from functools import partial
 
-from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["flash_kernel"]
@@ -95,8 +95,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("exp2 with the scale and log2(e) folded into the queries, a block pointer per tensor", SIGNATURE + '''
+ALTERNATIVES = [
+    Alternative("exp2 with the scale and log2(e) folded into the queries, a block pointer per tensor", SIGNATURE + '''
     LOG2E: tl.constexpr = 1.4426950408889634
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
@@ -145,7 +145,7 @@ def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
                                    CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=dim)
     return out, lse
 '''),
-    Variant("pointers advanced tile by tile, products by broadcasting", SIGNATURE + '''    i = tl.program_id(0)
+    Alternative("pointers advanced tile by tile, products by broadcasting", SIGNATURE + '''    i = tl.program_id(0)
     bh = tl.program_id(1)
     offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -1,8 +1,8 @@
 """The catalogue of gqa: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_gqa.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_gqa.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import GQA_EXPAND, GQA_INIT, UNIFORM, _gqa_forward
 
 
@@ -48,8 +48,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("expand and reshape", _gqa_forward('''        B, H_kv, T, d_k = k.shape
+ALTERNATIVES = [
+    Alternative("expand and reshape", _gqa_forward('''        B, H_kv, T, d_k = k.shape
         k = k[:, :, None].expand(B, H_kv, group, T, d_k).reshape(B, H_kv * group, T, d_k)
         v = v[:, :, None].expand(B, H_kv, group, T, d_k).reshape(B, H_kv * group, T, d_k)
 ''')),

@@ -1,10 +1,10 @@
 """The catalogue of head_importance: its mistakes (with the cause each must be named by, a key of CAUSES
-in autograder/suites/test_head_importance.py, and the tests it may fail), correct variants and
+in autograder/suites/test_head_importance.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("head_pruning")["head_importance"]
@@ -46,8 +46,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("a saved mask, restored with copy_", '''def head_importance(model, inputs, targets):
+ALTERNATIVES = [
+    Alternative("a saved mask, restored with copy_", '''def head_importance(model, inputs, targets):
     model.eval()
     saved = model.attention.head_mask.clone()
     full = loss_of(model, inputs, targets)
@@ -59,7 +59,7 @@ VARIANTS = [
     model.attention.head_mask.copy_(saved)
     return result
 '''),
-    Variant("its own cross-entropy, under no_grad", '''def head_importance(model, inputs, targets):
+    Alternative("its own cross-entropy, under no_grad", '''def head_importance(model, inputs, targets):
     model.train(False)
     mask = model.attention.head_mask
 

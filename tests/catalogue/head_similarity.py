@@ -1,8 +1,8 @@
 """The catalogue of head_similarity: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_head_similarity.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_head_similarity.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -37,8 +37,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("F.normalize and broadcasting cosine", '''def head_similarity(weights):
+ALTERNATIVES = [
+    Alternative("F.normalize and broadcasting cosine", '''def head_similarity(weights):
     flat = F.normalize(weights.flatten(1), dim=1)
     return F.cosine_similarity(flat.unsqueeze(1), flat.unsqueeze(0), dim=-1)
 '''),

@@ -1,8 +1,8 @@
 """The catalogue of heads: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_heads.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_heads.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -42,8 +42,8 @@ def merge_heads(x):
 ]
 
 
-VARIANTS = [
-    Variant("unflatten and permute", '''def split_heads(x, num_heads):
+ALTERNATIVES = [
+    Alternative("unflatten and permute", '''def split_heads(x, num_heads):
     return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
 
 

@@ -1,10 +1,10 @@
 """The catalogue of kernel_autograd: its mistakes (with the cause each must be named by, a key of CAUSES
-in autograder/suites/test_kernel_autograd.py, and the tests it may fail), correct variants,
+in autograder/suites/test_kernel_autograd.py, and the tests it may fail), correct alternatives,
 degenerate answers and answers that game the forward pass's measured point."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["kernel_autograd"]
@@ -32,8 +32,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("the options kept on ctx, the kernel's own blocks, gradients from a tuple", '''class TritonAttention(torch.autograd.Function):
+ALTERNATIVES = [
+    Alternative("the options kept on ctx, the kernel's own blocks, gradients from a tuple", '''class TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, causal=False):
         result, logsumexp = triton_flash_attention(query, key, value, causal, block_m=16, block_n=16)

@@ -1,10 +1,10 @@
 """The catalogue of kernel_roofline: its mistakes (with the cause each must be named by, a key of CAUSES
-in autograder/suites/test_kernel_roofline.py, and the tests it may fail), correct variants and
+in autograder/suites/test_kernel_roofline.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["kernel_roofline"]
@@ -43,8 +43,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("closed forms per query tile with integer division", '''def kernel_roofline(heads, n, d, causal, block_m, block_n, peak_flops, bandwidth, element_bytes=2):
+ALTERNATIVES = [
+    Alternative("closed forms per query tile with integer division", '''def kernel_roofline(heads, n, d, causal, block_m, block_n, peak_flops, bandwidth, element_bytes=2):
     key_tiles = -(-n // block_n)
     flops = 0
     kv = 0

@@ -1,8 +1,8 @@
 """The catalogue of kv_cache: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_kv_cache.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_kv_cache.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import CACHE, CACHED_INIT, UNIFORM, _cached_forward
 
 
@@ -64,8 +64,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("lists of chunks, mask from positions", CACHED_INIT.replace(
+ALTERNATIVES = [
+    Alternative("lists of chunks, mask from positions", CACHED_INIT.replace(
         "        self.cached_k = self.cached_v = None\n", "        self.keys, self.values = [], []\n") + '''
     def forward(self, x, use_cache=False):
         q = split_heads(self.W_q(x), self.num_heads)

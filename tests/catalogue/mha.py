@@ -1,8 +1,8 @@
 """The catalogue of mha: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_mha.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_mha.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import MHA_FORWARD, MHA_INIT, MHA_UNIFORM_FORWARD, UNIFORM, _mha_returns
 
 
@@ -93,8 +93,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("loop over heads", MHA_INIT + '''
+ALTERNATIVES = [
+    Alternative("loop over heads", MHA_INIT + '''
     def forward(self, query, key, value, mask=None):
         Q, K, V = self.W_q(query), self.W_k(key), self.W_v(value)
         outputs, maps = [], []

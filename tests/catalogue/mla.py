@@ -1,11 +1,11 @@
 """The catalogue of mla (MultiHeadLatentAttention): its mistakes (with the cause each must be named by,
-a key of CAUSES in autograder/suites/test_mla.py, and the tests it may fail), correct variants and
+a key of CAUSES in autograder/suites/test_mla.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
 from functools import partial
 
 from autograder.suites.test_mla import CAUSES
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["mla"]
@@ -51,8 +51,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("einsum, one joint score over concatenated query and key parts", '''class MultiHeadLatentAttention(nn.Module):
+ALTERNATIVES = [
+    Alternative("einsum, one joint score over concatenated query and key parts", '''class MultiHeadLatentAttention(nn.Module):
     def __init__(self, d_model, num_heads, d_head, d_latent, d_rope):
         super().__init__()
         self.num_heads, self.d_head, self.d_latent, self.d_rope = num_heads, d_head, d_latent, d_rope
@@ -90,7 +90,7 @@ VARIANTS = [
         out = torch.einsum("bhst,bthd->bshd", scores.softmax(-1), v)
         return self.W_o(out.flatten(2))
 '''),
-    Variant("the cache as registered buffers", '''class MultiHeadLatentAttention(nn.Module):
+    Alternative("the cache as registered buffers", '''class MultiHeadLatentAttention(nn.Module):
     def __init__(self, d_model, num_heads, d_head, d_latent, d_rope):
         super().__init__()
         self.num_heads, self.d_head, self.d_latent, self.d_rope = num_heads, d_head, d_latent, d_rope

@@ -1,8 +1,8 @@
 """The catalogue of numpy_attention: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_numpy_attention.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_numpy_attention.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -41,8 +41,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("einsum", '''def attention(Q, K, V):
+ALTERNATIVES = [
+    Alternative("einsum", '''def attention(Q, K, V):
     scores = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
     weights = softmax(scores, axis=-1)
     return np.einsum("...qk,...kd->...qd", weights, V), weights

@@ -1,10 +1,10 @@
 """The catalogue of online_softmax: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_online_softmax.py, and the tests it may fail), correct variants
+CAUSES in autograder/suites/test_online_softmax.py, and the tests it may fail), correct alternatives
 and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["online_softmax"]
@@ -34,8 +34,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("where the block's maximum wins, and a guarded old sum", '''def online_softmax_update(m, l, block):
+ALTERNATIVES = [
+    Alternative("where the block's maximum wins, and a guarded old sum", '''def online_softmax_update(m, l, block):
     block_max = np.max(block, axis=-1)
     m_new = np.where(block_max > m, block_max, m)
     finite = np.isfinite(m_new)
@@ -43,7 +43,7 @@ VARIANTS = [
     old = np.where(l > 0, l * np.exp(np.where(finite, m - reference, 0.0)), 0.0)
     return m_new, old + np.sum(np.exp(block - reference[..., None]), axis=-1)
 '''),
-    Variant("row by row in Python", '''def online_softmax_update(m, l, block):
+    Alternative("row by row in Python", '''def online_softmax_update(m, l, block):
     m_new, l_new = np.array(m, dtype=float), np.array(l, dtype=float)
     flat_m, flat_l = m_new.reshape(-1), l_new.reshape(-1)
     rows = block.reshape(-1, block.shape[-1])

@@ -1,8 +1,8 @@
 """The catalogue of padding_mask: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_padding_mask.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_padding_mask.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -37,8 +37,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("loop over the batch", '''def padding_mask(lengths, max_len):
+ALTERNATIVES = [
+    Alternative("loop over the batch", '''def padding_mask(lengths, max_len):
     mask = torch.zeros(len(lengths), 1, 1, max_len, dtype=torch.bool)
     for b, length in enumerate(lengths.tolist()):
         mask[b, 0, 0, :length] = True

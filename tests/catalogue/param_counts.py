@@ -1,8 +1,8 @@
 """The catalogue of param_counts: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_param_counts.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_param_counts.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -46,8 +46,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("counted from real nn.Linear layers", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
+ALTERNATIVES = [
+    Alternative("counted from real nn.Linear layers", '''def qkv_parameter_counts(d_model, num_heads, bias=False):
     if d_model % num_heads:
         raise ValueError(f"{d_model} is not divisible by {num_heads}")
     def size(d_out):

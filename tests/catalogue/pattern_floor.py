@@ -1,11 +1,11 @@
 """The catalogue of pattern_floor (what the best model can learn on the student's own pattern task): its
 mistakes (with the cause each must be named by, a key of CAUSES in autograder/suites/test_pattern_floor.py,
-and the tests it may fail), correct variants and degenerate answers.  Each entry is graded as a student
+and the tests it may fail), correct alternatives and degenerate answers.  Each entry is graded as a student
 of its own, on that student's variant."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("heads_at_work")["pattern_floor"]
@@ -25,8 +25,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("the floor from a sum over positions", '''period, vocab, length = VARIANT["period"], VARIANT["vocab"], VARIANT["seq_len"]
+ALTERNATIVES = [
+    Alternative("the floor from a sum over positions", '''period, vocab, length = VARIANT["period"], VARIANT["vocab"], VARIANT["seq_len"]
 costs = [math.log(vocab) if t < period - 1 else 0.0 for t in range(length)]
 pattern_floor = {"first_predictable": float(period - 1), "loss_floor": sum(costs) / len(costs)}
 '''),

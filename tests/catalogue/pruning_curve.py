@@ -1,10 +1,10 @@
 """The catalogue of pruning_curve: its mistakes (with the cause each must be named by, a key of CAUSES
-in autograder/suites/test_pruning_curve.py, and the tests it may fail), correct variants and degenerate
+in autograder/suites/test_pruning_curve.py, and the tests it may fail), correct alternatives and degenerate
 answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("head_pruning")["pruning_curve"]
@@ -31,8 +31,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("a fresh mask per point, the original copied back", '''def pruning_curve(model, inputs, targets, order):
+ALTERNATIVES = [
+    Alternative("a fresh mask per point, the original copied back", '''def pruning_curve(model, inputs, targets, order):
     model.eval()
     original = model.attention.head_mask.clone()
     losses = []

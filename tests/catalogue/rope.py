@@ -1,10 +1,10 @@
 """The catalogue of rope (apply_rope): its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_rope.py, and the tests it may fail), correct variants and degenerate
+CAUSES in autograder/suites/test_rope.py, and the tests it may fail), correct alternatives and degenerate
 answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["rope"]
@@ -45,8 +45,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("complex numbers, as DeepSeek's reference code", '''def apply_rope(x, positions, base=10000.0):
+ALTERNATIVES = [
+    Alternative("complex numbers, as DeepSeek's reference code", '''def apply_rope(x, positions, base=10000.0):
     d = x.shape[-1]
     if d % 2:
         raise ValueError("odd width")
@@ -55,7 +55,7 @@ VARIANTS = [
     pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(pairs * phases).reshape(x.shape).to(x.dtype)
 '''),
-    Variant("a rotation matrix per pair", '''def apply_rope(x, positions, base=10000.0):
+    Alternative("a rotation matrix per pair", '''def apply_rope(x, positions, base=10000.0):
     d = x.shape[-1]
     if d % 2 == 1:
         raise ValueError("d must be even")

@@ -1,8 +1,8 @@
 """The catalogue of sdpa: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_sdpa.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_sdpa.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import SDPA_TAIL, _sdpa
 
 
@@ -156,8 +156,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("einsum and torch.where", '''def scaled_dot_product_attention(q, k, v, mask=None):
+ALTERNATIVES = [
+    Alternative("einsum and torch.where", '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=scores.dtype))
@@ -165,7 +165,7 @@ VARIANTS = [
     weights = torch.where(torch.isnan(weights), torch.zeros_like(weights), weights)
     return torch.einsum("...qk,...kd->...qd", weights, v), weights
 '''),
-    Variant("pre-scaled queries and matmul", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    Alternative("pre-scaled queries and matmul", '''def scaled_dot_product_attention(q, k, v, mask=None):
     q = q * q.size(-1) ** -0.5
     scores = torch.matmul(q, k.transpose(-1, -2))
     if mask is not None:
@@ -173,7 +173,7 @@ VARIANTS = [
     weights = F.softmax(scores, dim=-1).nan_to_num(0.0)
     return torch.matmul(weights, v), weights
 '''),
-    Variant("-1e9 with empty rows zeroed", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    Alternative("-1e9 with empty rows zeroed", '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
@@ -183,7 +183,7 @@ VARIANTS = [
         weights = weights.masked_fill(~mask, 0.0)
     return weights @ v, weights
 '''),
-    Variant("manual stable softmax: exp, mask, renormalise", '''def scaled_dot_product_attention(q, k, v, mask=None):
+    Alternative("manual stable softmax: exp, mask, renormalise", '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     scores = scores - scores.amax(dim=-1, keepdim=True).detach()
     exps = torch.exp(scores)
@@ -193,7 +193,7 @@ VARIANTS = [
     weights = exps / torch.where(total == 0, torch.ones_like(total), total)
     return weights @ v, weights
 '''),
-    Variant("prints and warns", '''import sys
+    Alternative("prints and warns", '''import sys
 import warnings
 
 

@@ -1,8 +1,8 @@
 """The catalogue of softmax: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_softmax.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_softmax.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import _softmax
 
 
@@ -43,13 +43,13 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("logsumexp form", '''def softmax(x, axis=-1):
+ALTERNATIVES = [
+    Alternative("logsumexp form", '''def softmax(x, axis=-1):
     m = np.max(x, axis=axis, keepdims=True)
     log_norm = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
     return np.exp(x - log_norm)
 '''),
-    Variant("moveaxis and expand_dims, printing", '''def softmax(x, axis=-1):
+    Alternative("moveaxis and expand_dims, printing", '''def softmax(x, axis=-1):
     print("softmax called with shape", x.shape)
     moved = np.moveaxis(x, axis, -1)
     shifted = moved - np.expand_dims(moved.max(axis=-1), -1)

@@ -1,10 +1,10 @@
 """The catalogue of softmax_kernel: its mistakes (with the cause each must be named by, a key of CAUSES
-in autograder/suites/test_softmax_kernel.py, and the tests it may fail), correct variants, degenerate
+in autograder/suites/test_softmax_kernel.py, and the tests it may fail), correct alternatives, degenerate
 answers and answers that game the kernel's measured point."""
 
 from functools import partial
 
-from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import UNDEFINED_ON_A_GPU, Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["softmax_kernel"]
@@ -45,8 +45,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("two passes over the row in blocks of 16 (a row longer than one block)", '''@triton.jit
+ALTERNATIVES = [
+    Alternative("two passes over the row in blocks of 16 (a row longer than one block)", '''@triton.jit
 def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     start = x_ptr + row * x_row_stride
@@ -71,7 +71,7 @@ def triton_softmax(x):
     softmax_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1], BLOCK=16)
     return out
 '''),
-    Variant("a contiguous copy first, the row stride from the shape", '''@triton.jit
+    Alternative("a contiguous copy first, the row stride from the shape", '''@triton.jit
 def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
     r = tl.program_id(axis=0)
     idx = tl.arange(0, BLOCK)

@@ -1,11 +1,11 @@
 """The catalogue of tiled_attention: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_tiled_attention.py, and the tests it may fail), correct variants
+CAUSES in autograder/suites/test_tiled_attention.py, and the tests it may fail), correct alternatives
 and degenerate answers."""
 
 from functools import partial
 
 from autograder.suites.test_tiled_attention import CAUSES
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_attention"]
@@ -98,8 +98,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("key tiles outside, every query's state kept", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+ALTERNATIVES = [
+    Alternative("key tiles outside, every query's state kept", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     dtype = q.dtype
     q, k, v = (t.to(torch.promote_types(dtype, torch.float32)) for t in (q, k, v))
     *lead, n_q, d = q.shape
@@ -124,7 +124,7 @@ VARIANTS = [
             m[..., row:stop, :] = top
     return (acc / l).to(dtype), (m + l.log()).squeeze(-1)
 '''),
-    Variant("merging tile results through their logsumexp", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    Alternative("merging tile results through their logsumexp", '''def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     given = q.dtype
     wide = torch.float64 if given == torch.float64 else torch.float32
     q, k, v = q.to(wide), k.to(wide), v.to(wide)

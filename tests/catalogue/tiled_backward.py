@@ -1,10 +1,10 @@
 """The catalogue of tiled_backward: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_tiled_backward.py, and the tests it may fail), correct variants
+CAUSES in autograder/suites/test_tiled_backward.py, and the tests it may fail), correct alternatives
 and degenerate answers."""
 
 from functools import partial
 
-from tests.catalogue.entries import Degenerate, Gaming, Mistake, Variant, edited
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("flash_attention")["tiled_backward"]
@@ -57,8 +57,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("key tiles outside, as FlashAttention-2's backward", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
+ALTERNATIVES = [
+    Alternative("key tiles outside, as FlashAttention-2's backward", '''def flash_attention_backward(q, k, v, out, lse, d_out, causal=False, block_q=64, block_k=64):
     dtypes = q.dtype, k.dtype, v.dtype
     q, k, v, out, d_out = (t.to(lse.dtype) for t in (q, k, v, out, d_out))
     scale = q.shape[-1] ** -0.5

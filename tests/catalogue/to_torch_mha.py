@@ -1,8 +1,8 @@
 """The catalogue of to_torch_mha: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_to_torch_mha.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_to_torch_mha.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
 MISTAKES = [
@@ -45,8 +45,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("load_state_dict", '''def to_torch_mha(module):
+ALTERNATIVES = [
+    Alternative("load_state_dict", '''def to_torch_mha(module):
     has_bias = module.W_q.bias is not None
     m = nn.MultiheadAttention(module.W_q.in_features, module.num_heads, bias=has_bias, batch_first=True,
                               dtype=module.W_q.weight.dtype)

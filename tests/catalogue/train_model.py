@@ -1,8 +1,8 @@
 """The catalogue of train_model: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_train_model.py, and the tests it may fail), correct variants and
+CAUSES in autograder/suites/test_train_model.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Variant
+from tests.catalogue.entries import Degenerate, Mistake, Alternative
 from tests.catalogue.snippets import _train
 
 
@@ -25,8 +25,8 @@ MISTAKES = [
 ]
 
 
-VARIANTS = [
-    Variant("CrossEntropyLoss on [B, vocab, T], set_to_none", '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
+ALTERNATIVES = [
+    Alternative("CrossEntropyLoss on [B, vocab, T], set_to_none", '''def train_model(model, inputs, targets, steps=150, lr=1e-2):
     model.train()
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
