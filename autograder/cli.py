@@ -110,16 +110,23 @@ def _variant_secret(args, course):
 
 def _variants(args, course):
     from autograder import lms, schedule, variants
-    if args.roster:
-        students = list(lms.read_roster(args.roster))
-    else:
-        from autograder.classroom import find_submissions
-        students = sorted({student for student, *_ in find_submissions(course, args.submitted)[0]})
     assignments = ([course.assignment(a) for a in args.assignment] if args.assignment
                    else schedule.released(course, schedule.now()))
     chosen = [assignment for assignment in assignments if variants.has_variants(assignment)]
     if not chosen:
         raise CourseError("no assignment with variants among " + (", ".join(a.id for a in assignments) or "those released"))
+    if args.push:   # into each student's repository of grading on push, whoever is in the organization
+        from autograder import push
+        organization, prefix = _organization(args, course)
+        sent = push.send_variants(push.client(course, args.api), variants.Variants.of(course), chosen,
+                                  organization=organization, prefix=prefix)
+        print(f"{len(sent)} repositories sent their variant.json ({', '.join(a.id for a in chosen)})")
+        return 0
+    if args.roster:
+        students = list(lms.read_roster(args.roster))
+    else:
+        from autograder.classroom import check_selection, find_submissions
+        students = sorted({student for student, *_ in find_submissions(course, check_selection(course, args.submitted))[0]})
     written = variants.Variants.of(course).write_files(chosen, students, Path(args.out))
     print(f"{len(written)} variant.json files in {args.out}/<student>/<assignment>/ ({len(students)} students, "
           f"{', '.join(a.id for a in chosen)}): each goes beside that student's notebook")
@@ -137,12 +144,18 @@ def _gradescope_zip(args, course):
     return 0
 
 
-def _collect_push(args, course):
-    from autograder import push
+def _organization(args, course):
+    """(organization, repository prefix) of grading on push: the options, else course.yml's github section."""
     organization = args.organization or course.github.get("organization")
     prefix = args.prefix if args.prefix is not None else course.github.get("repository_prefix", "")
     if not organization:
         raise CourseError("no organization: set github.organization in course.yml or pass --organization")
+    return organization, prefix
+
+
+def _collect_push(args, course):
+    from autograder import push
+    organization, prefix = _organization(args, course)
     collected = push.collect(course, push.client(course, args.api), args.submitted, organization=organization,
                              prefix=prefix, shard=args.shard)
     print(f"{len(collected)} repositories collected into {args.submitted}/")
@@ -383,6 +396,11 @@ def _add_db(command):
     command.add_argument("--db", default=None, help="nbgrader gradebook URL (default: gradebook.db in the course root)")
 
 
+def _add_organization(command):
+    command.add_argument("--organization", default=None, help="default: course.yml's github.organization")
+    command.add_argument("--prefix", default=None, help="default: course.yml's github.repository_prefix")
+
+
 def _add_graded(command):
     command.add_argument("--out", default="grading", help="the folder grade-class wrote")
 
@@ -484,8 +502,7 @@ def parser():
 
     collect = commands.add_parser("collect-push", help="fetch the class's changed repositories into submitted/")
     collect.add_argument("--submitted", default="submitted")
-    collect.add_argument("--organization", default=None, help="default: course.yml's github.organization")
-    collect.add_argument("--prefix", default=None, help="default: course.yml's github.repository_prefix")
+    _add_organization(collect)
     collect.add_argument("--shard", type=_shard, default=None, metavar="K/N")
     _add_api(collect)
     collect.set_defaults(run=_collect_push)
@@ -509,6 +526,10 @@ def parser():
     who.add_argument("--submitted", default="submitted")
     numbers.add_argument("--assignment", action="append", help="this assignment (default: those released now)")
     numbers.add_argument("--out", default="variants")
+    numbers.add_argument("--push", action="store_true", help="commit them into the students' repositories of "
+                         "grading on push instead (COURSE_GITHUB_TOKEN)")
+    _add_organization(numbers)
+    _add_api(numbers)
     numbers.set_defaults(run=_variants)
 
     secret = commands.add_parser("variant-secret", help="make the course's variant secret (once, outside the repository)")

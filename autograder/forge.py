@@ -5,6 +5,8 @@
     GET  /repos/{owner}/{repo}/activity            when that commit was pushed (GitHub's clock)
     POST /repos/{owner}/{repo}/statuses/{sha}      a commit status per assignment: the score
     POST /repos/{owner}/{repo}/commits/{sha}/comments   a commit comment: the feedback
+    GET  /repos/{owner}/{repo}/contents/{path}     a file the course put there (a student's variant.json)
+    PUT  /repos/{owner}/{repo}/contents/{path}     ... put there, or changed, as a commit
 
 and `fetch`, a shallow git clone of one branch.  The token lives only in the instructor's private
 course repository; it reaches git through the environment (never a command line or .git/config).
@@ -46,12 +48,14 @@ class GitHub:
                                      "X-GitHub-Api-Version": API_VERSION,
                                      "User-Agent": "attention-course-autograder"})
 
-    def _call(self, method, path, **kwargs):
+    def _call(self, method, path, missing_ok=False, **kwargs):
         url = path if path.startswith("http") else f"{self.api}{path}"
         try:
             response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
         except requests.RequestException as error:
             raise ForgeError(f"{method} {path}: {type(error).__name__}") from None
+        if missing_ok and response.status_code == 404:
+            return None
         if response.status_code >= 400:
             try:
                 message = response.json().get("message", "")
@@ -89,6 +93,20 @@ class GitHub:
         """A commit status (state: success, failure, error or pending)."""
         self._call("POST", f"/repos/{repository.full_name}/statuses/{sha}",
                    json={"state": state, "description": description[:MAX_DESCRIPTION], "context": context})
+
+    def put_file(self, repository, path, text, message):
+        """Commit `text` as `path` on the default branch, unless it is there already; returns whether it
+        committed."""
+        url = f"/repos/{repository.full_name}/contents/{path}"
+        found = self._call("GET", url, missing_ok=True)
+        payload = {"message": message, "content": base64.b64encode(text.encode()).decode()}
+        if found is not None:
+            existing = found.json()
+            if base64.b64decode(existing.get("content", "")).decode(errors="replace") == text:
+                return False
+            payload["sha"] = existing["sha"]
+        self._call("PUT", url, json=payload)
+        return True
 
     def comment(self, repository, sha, body):
         if len(body) > MAX_COMMENT:

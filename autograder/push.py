@@ -15,6 +15,9 @@ could reach the course.  One run is three commands:
               made from that commit's notebooks: a commit status per assignment (the score) and a
               commit comment (the feedback), on that commit
 
+Where an assignment has per-student variants, `variants --push` commits each student's
+variant.json into their repository (send_variants); the grader never reads it back.
+
 What a run needs from the last one is on disk: submitted/ (with each student's .commit) and the
 grading output; the workflow keeps both on a branch of the course repository.
 """
@@ -28,6 +31,7 @@ from autograder import classroom, render
 from autograder.course import CourseError
 from autograder.forge import ForgeError, GitHub, Repository
 from autograder.intake import SubmissionError, name_problem, read_file
+from autograder.variants import FILENAME
 from autograder.submission import MAX_FILE_BYTES
 
 COMMIT, REPOSITORY, POSTED = ".commit", ".repository", ".posted"   # in submitted/<student>/
@@ -83,6 +87,29 @@ def collect(course, forge, submitted, *, organization, prefix, shard=None, log=p
         collected.append(student)
         log(f"collected {student} at {sha[:12]}" + (f": {', '.join(changed)} changed" if changed else ": nothing changed"))
     return collected
+
+
+def send_variants(forge, variants, assignments, *, organization, prefix, log=print):
+    """Commit each student's variant.json (variants.py) into their repository, beside the notebooks of each
+    assignment (<assignment>/variant.json), where it is not there already; returns the students sent one."""
+    sent = []
+    for repository in forge.repositories(organization, prefix):
+        student = student_of(repository, prefix)
+        problem = name_problem(student) or ("" if student and not student.startswith(".") else "no student name")
+        if problem:
+            log(f"skipped {repository.full_name}: {problem}")
+            continue
+        try:
+            changed = [assignment.id for assignment in assignments
+                       if forge.put_file(repository, f"{assignment.id}/{FILENAME}", variants.file_text(assignment, student),
+                                         f"Your own numbers of {assignment.id}")]
+        except ForgeError as error:
+            log(f"skipped {repository.full_name}: {error}")
+            continue
+        if changed:
+            sent.append(student)
+            log(f"sent {student} the numbers of {', '.join(changed)}")
+    return sent
 
 
 def lay_out(course, clone, folder, pushed):

@@ -148,6 +148,9 @@ class Variants:
         returns the paths written."""
         written = []
         for student in students:
+            if not student or student.startswith(".") or "/" in student or "\0" in student:
+                raise CourseError(f"{student!r} cannot name a student's folder: no variant.json was written")
+        for student in students:
             for assignment in assignments:
                 if has_variants(assignment):
                     path = Path(out) / student / assignment.id / FILENAME

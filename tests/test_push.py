@@ -2,6 +2,8 @@
 students' repositories, and a local HTTP server stands for GitHub's REST API, checking every
 request against the documented endpoints and payloads."""
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -57,6 +59,7 @@ class FakeGitHub(BaseHTTPRequestHandler):
     documented contract, is recorded in `problems` and answered with an error."""
     repositories = {}    # name -> path of the git repository on disk
     pushed = {}          # sha -> the time GitHub received the push
+    files = {}           # (repository, path) -> text: what the course committed with the contents API
     statuses, comments, problems, seen = [], [], [], []
 
     def log_message(self, *args):
@@ -103,6 +106,13 @@ class FakeGitHub(BaseHTTPRequestHandler):
                 sha = subprocess.run(["git", "rev-parse", "main"], cwd=path, capture_output=True,
                                      text=True).stdout.strip()
                 return self._answer(200, {"name": "main", "commit": {"sha": sha}, "protected": False})
+            if parts[3] == "contents":
+                path = "/".join(parts[4:])
+                if (parts[2], path) not in self.files:
+                    return self._answer(404, {"message": "Not Found"})
+                text = self.files[parts[2], path]
+                return self._answer(200, {"type": "file", "path": path, "sha": blob_sha(text), "encoding": "base64",
+                                          "content": base64.b64encode(text.encode()).decode()})
             if parts[3:] == ["activity"]:
                 if query.get("ref") != ["refs/heads/main"]:
                     self.problems.append(f"activity asked for ref {query.get('ref')}")
@@ -111,6 +121,23 @@ class FakeGitHub(BaseHTTPRequestHandler):
                                           for index, (sha, stamp) in enumerate(self.pushed.items())])
         self.problems.append(f"GET {self.path}: not an endpoint the grader should call")
         return self._answer(404, {"message": "Not Found"})
+
+    def do_PUT(self):
+        parts, _ = self._checked()
+        payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+        if not (len(parts) >= 5 and parts[0] == "repos" and parts[1] == ORG and parts[2] in self.repositories
+                and parts[3] == "contents" and isinstance(payload, dict)):
+            self.problems.append(f"PUT {self.path}: not an endpoint the grader should call")
+            return self._answer(404, {"message": "Not Found"})
+        key = (parts[2], "/".join(parts[4:]))
+        if not isinstance(payload.get("message"), str) or set(payload) - {"message", "content", "sha", "branch"}:
+            self.problems.append(f"PUT {self.path}: {payload} breaks the documented payload")
+            return self._answer(422, {"message": "Validation Failed"})
+        if key in self.files and payload.get("sha") != blob_sha(self.files[key]):
+            self.problems.append(f"PUT {self.path}: an existing file changed without its sha")
+            return self._answer(409, {"message": "sha does not match"})
+        self.files[key] = base64.b64decode(payload["content"]).decode()
+        return self._answer(201 if "sha" not in payload else 200, {"content": {"path": key[1]}})
 
     def do_POST(self):
         parts, _ = self._checked()
@@ -146,6 +173,11 @@ def github(tmp_path_factory):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+def blob_sha(text):
+    data = text.encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def student_repository(root, name, answers, link_to=None):
@@ -257,3 +289,25 @@ def test_the_student_side_holds_no_secret_and_nothing_of_the_course(term):
                                                                 f"{ORG}/{hostile.name}"}).stdout
     assert TOKEN not in dump and "autograder/suites" not in dump
     assert not any(test in dump for e in COURSE.assignment("scaled_attention").exercises for test in e.points)
+
+
+def test_each_repository_is_sent_its_own_numbers_once_and_nothing_secret(term, github):
+    """variants --push commits each student's variant.json into their repository (GitHub's contents API),
+    and again only where it changed; what it commits holds that student's numbers and no secret."""
+    from autograder import variants
+    from autograder.variants import Variants
+    basics = COURSE.assignment("attention_basics")
+    argv = ("variants", "--push", "--assignment", "attention_basics", "--organization", ORG, "--prefix", PREFIX,
+            "--api", github)
+    first = run_grader(*argv, env={"COURSE_GITHUB_TOKEN": TOKEN})
+    assert first.returncode == 0, first.stderr
+    students = sorted(name[len(PREFIX):] for name in FakeGitHub.repositories)
+    assert first.stdout.strip().splitlines()[-1] == f"{len(students)} repositories sent their variant.json (attention_basics)"
+    secret = variants.read_secret(COURSE).decode()
+    for student in students:
+        text = FakeGitHub.files[f"{PREFIX}{student}", "attention_basics/variant.json"]
+        assert text == Variants.of(COURSE).file_text(basics, student) and secret not in text
+        assert json.loads(text)["notebooks"]["attention_basics"] == Variants.of(COURSE).draw(basics, basics.notebooks[0], student)
+    again = run_grader(*argv, env={"COURSE_GITHUB_TOKEN": TOKEN})
+    assert again.returncode == 0 and again.stdout.strip().endswith("0 repositories sent their variant.json (attention_basics)")
+    assert not FakeGitHub.problems, FakeGitHub.problems
