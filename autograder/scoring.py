@@ -78,7 +78,9 @@ def score_notebook(notebook, outcomes, cell_reports, broken_rules):
         if affecting:
             notes[exercise.id] = "\n\n".join(cell_note(report) for report in affecting)
         undefined = {name for report in affecting for name in report.defines}
-        own_cell_broken = any(report.label == exercise.id and report.status == "syntax" for report in affecting)
+        # The exercise's own answer cell failed: a name its tests could not find is what it did not define
+        # (an answer written as a value, `by_hand = {...}`, is defined only when its cell runs through).
+        own_cell_broken = any(report.label == exercise.id for report in affecting)
         gate = outcomes.get((exercise.id, exercise.gate)) if exercise.gate else None
         gate_failed = gate is not None and gate.refused
         cell_error = gate_failed and (gate.missing in undefined or (own_cell_broken and bool(gate.missing)))

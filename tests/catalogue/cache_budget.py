@@ -16,13 +16,13 @@ MISTAKES = [
     Mistake("gigabytes, not GiB", "gigabytes", fails=("tokens_that_fit",),
             code=changed('VARIANT["budget_gib"] * 2**30', 'VARIANT["budget_gib"] * 10**9')),
     Mistake("a token that does not fit whole counted", "rounded", fails=("tokens_that_fit",),
-            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)",
-                         "math.ceil(budget / kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra))")),
+            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=CACHE_DTYPE, **extra)",
+                         "math.ceil(budget / kv_cache_bytes_per_token(kind, **model, dtype=CACHE_DTYPE, **extra))")),
     Mistake("the released notebook's model (no variant.json)", "other_variant", fails=("tokens_that_fit",),
-            code=SOLUTION.replace("VARIANT[", "DEFAULT_VARIANT[")),
+            code=SOLUTION.replace("VARIANT[", "DEFAULT_VARIANT[").replace("CACHE_DTYPE", "torch.bfloat16")),
     Mistake("floats from true division", "format", fails=("answer_format", "tokens_that_fit"),
-            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)",
-                         "budget / kv_cache_bytes_per_token(kind, **model, dtype=dtype, **extra)")),
+            code=changed("budget // kv_cache_bytes_per_token(kind, **model, dtype=CACHE_DTYPE, **extra)",
+                         "budget / kv_cache_bytes_per_token(kind, **model, dtype=CACHE_DTYPE, **extra)")),
 ]
 
 
