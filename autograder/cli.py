@@ -429,7 +429,7 @@ def parser():
     grade.add_argument("--assignment", required=True)
     grade.add_argument("--json", help="where to write Gradescope's results.json")
     grade.add_argument("--feedback", help="where to write the student's feedback (.md, or .html)")
-    grade.add_argument("--student", default="student")
+    grade.add_argument("--student", default="student", help="whose notebook it is (a variant exercise checks their numbers)")
     _add_no_service(grade)
     grade.add_argument("notebook")
     grade.set_defaults(run=_grade)

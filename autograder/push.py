@@ -48,6 +48,17 @@ def student_of(repository, prefix):
     return repository.full_name.split("/", 1)[1][len(prefix):]
 
 
+def students(forge, organization, prefix, log):
+    """(repository, student) for each of the class's repositories whose name gives a student's folder name."""
+    for repository in forge.repositories(organization, prefix):
+        student = student_of(repository, prefix)
+        problem = name_problem(student) or ("" if student and not student.startswith(".") else "no student name")
+        if problem:
+            log(f"skipped {repository.full_name}: {problem}")
+            continue
+        yield repository, student
+
+
 def _read(path):
     try:
         return Path(path).read_text().strip()
@@ -60,12 +71,7 @@ def collect(course, forge, submitted, *, organization, prefix, shard=None, log=p
     submitted = Path(submitted)
     submitted.mkdir(parents=True, exist_ok=True)
     collected = []
-    for repository in forge.repositories(organization, prefix):
-        student = student_of(repository, prefix)
-        problem = name_problem(student) or ("" if student and not student.startswith(".") else "no student name")
-        if problem:
-            log(f"skipped {repository.full_name}: {problem}")
-            continue
+    for repository, student in students(forge, organization, prefix, log):
         if not classroom.in_shard(classroom.Task(student, "", ""), shard):
             continue
         folder = submitted / student
@@ -93,12 +99,7 @@ def send_variants(forge, variants, assignments, *, organization, prefix, log=pri
     """Commit each student's variant.json (variants.py) into their repository, beside the notebooks of each
     assignment (<assignment>/variant.json), where it is not there already; returns the students sent one."""
     sent = []
-    for repository in forge.repositories(organization, prefix):
-        student = student_of(repository, prefix)
-        problem = name_problem(student) or ("" if student and not student.startswith(".") else "no student name")
-        if problem:
-            log(f"skipped {repository.full_name}: {problem}")
-            continue
+    for repository, student in students(forge, organization, prefix, log):
         try:
             changed = [assignment.id for assignment in assignments
                        if forge.put_file(repository, f"{assignment.id}/{FILENAME}", variants.file_text(assignment, student),
