@@ -28,7 +28,7 @@ from autograder.scoring import late_penalty, score_notebook
 from autograder.sandbox.jail import kernel_device
 from autograder.sandbox.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
-from autograder.variants import FILENAME, Variants, has_variants, notebook_has_variants
+from autograder.variants import FILENAME, Variants, notebook_has_variants
 
 log = logging.getLogger("autograder")
 
@@ -124,9 +124,7 @@ def open_grader(course, body, assignments=None, started=None):
     torch.set_num_threads(1)
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
     variants = Variants.of(course)
-    for assignment in chosen:   # no secret, no grading of a notebook with variants: said before any work
-        if has_variants(assignment):
-            variants.key(assignment.id)
+    variants.require_keys(chosen)   # no secret, no grading of a notebook with variants: said before any work
     with Worker(course.limits, warm=course.uses_compiler_stack(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]

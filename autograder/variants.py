@@ -102,6 +102,13 @@ class Variants:
             return cls(course, {raw["assignment"]: bytes.fromhex(raw["key"])})
         return cls(course)
 
+    def require_keys(self, assignments):
+        """The key of each of the assignments that has variants, made now: CourseError (one line) where the
+        secret is missing or unsafe, before any grading starts; an assignment without variants needs none."""
+        for assignment in assignments:
+            if has_variants(assignment):
+                self.key(assignment.id)
+
     def key(self, assignment_id):
         if assignment_id not in self._keys:
             if self._secret is None:
