@@ -236,3 +236,41 @@ def test_a_students_copy_shows_their_own_numbers(tmp_path):
     assert shown.returncode == 0 and f"query:  {mine['query']}" in shown.stdout, shown.stderr
     elsewhere = subprocess.run([sys.executable, "-c", cell.source], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "nobody's numbers" in elsewhere.stdout, elsewhere.stderr
+
+
+def test_every_catalogued_slip_shows_on_every_drawn_variant():
+    """Each generator draws numbers on which the slips its suite names cannot pass for right answers, and
+    never the released numbers (1000 draws each: any secret's students)."""
+    import math
+    import random
+
+    from autograder.reference import reference_namespace
+    from autograder.suites import test_pattern_floor
+
+    def drawn(assignment_id, count=1000):
+        assignment = COURSE.assignment(assignment_id)
+        namespace = reference_namespace(COURSE.source_notebook(assignment, assignment.notebooks[0]))
+        return namespace["DEFAULT_VARIANT"], [namespace["make_variant"](random.Random(seed)) for seed in range(count)]
+
+    released, draws = drawn("attention_basics")
+    b = test_by_hand
+    for v in draws:
+        assert v != released
+        weights = b.softmax(b.scores_of(v))
+        assert not b.near(weights, b.softmax(b.scores_of(v, scale=False)), b.WEIGHTS)
+        assert not b.near(b.weighted(weights, v["values"]), b.weighted(weights, v["keys"]), b.CONTEXT)
+        theirs = b.softmax(b.scores_of(released))
+        assert not b.near(b.weighted(theirs, released["values"]), b.weighted(theirs, v["values"]), b.CONTEXT)
+    released, draws = drawn("latent_attention")
+    c = test_cache_budget
+    for v in draws:
+        assert v != released
+        assert any(c.fitting(v, c.per_token(v, k)) != c.fitting(v, c.per_token(v, k), rounded=True) for k in c.KINDS)
+        assert all(c.fitting(v, c.per_token(v, k)) != c.fitting(v, c.per_token(v, k), gib=10**9) for k in c.KINDS)
+    released, draws = drawn("heads_at_work")
+    p = test_pattern_floor
+    for v in draws:
+        assert v["period"] != released["period"]
+        first = v["period"] - 1
+        assert not p.close((v["seq_len"] - first) / v["seq_len"] * math.log(v["vocab"]), p.floor_of(v))
+        assert not p.close(p.floor_of(released), p.floor_of(v)) and not p.close(p.floor_of(released), p.floor_of(v, 2))
