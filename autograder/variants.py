@@ -148,7 +148,7 @@ class Variants:
         """variant.json of one student's copy of an assignment."""
         notebooks = {notebook.name: self.draw(assignment, notebook, student)
                      for notebook in assignment.notebooks if notebook_has_variants(notebook)}
-        return json.dumps({"student": student, "assignment": assignment.id, "notebooks": notebooks}, indent=1) + "\n"
+        return json.dumps({"student": student, "assignment": assignment.id, "notebooks": notebooks}) + "\n"
 
     def write_files(self, assignments, students, out):
         """variant.json of every student's copy of every assignment with variants, into out/<student>/<assignment>/;
