@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from autograder import variants
 from autograder.harness.context import Student
 from autograder.sandbox.student import Cell, Limits, StudentProcess, Worker
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
@@ -61,6 +62,8 @@ def probe():
         "write into the venv": attempt(lambda: write(os.path.join(os.path.dirname(os.__file__), "pwned.py"))),
         "symlink out of scratch": attempt(lambda: (os.symlink("/sandbox/worker.py", "link"), write("link"))),
         "read /etc/shadow": attempt(lambda: read("/etc/shadow")),
+        "read the variant secret": attempt(lambda: read(VARIANT_SECRET)),
+        "read the instructor's default variant secret": attempt(lambda: read(DEFAULT_SECRET)),
         "read the grader's environment": attempt(leak_environment),
         "read the worker's memory": attempt(lambda: read(f"/proc/{os.getppid()}/mem")),
         "ptrace the worker": attempt(lambda: libc.ptrace(16, os.getppid(), None, None)),
@@ -91,9 +94,11 @@ def write_big(path, megabytes):
 def test_a_submission_process_is_refused_everything_outside_its_scratch_space(monkeypatch):
     monkeypatch.setenv("AUTOGRADER_TEST_SECRET", SECRET)
     before = tree_digest(ROOT / "autograder")
+    secrets = (f"VARIANT_SECRET = {str(variants.secret_path(COURSE))!r}\n"   # the secret the students' numbers come from
+               f"DEFAULT_SECRET = {os.path.expanduser(variants.DEFAULT_SECRET)!r}\n")
     with Worker(Limits()) as worker:
         worker.start()
-        with StudentProcess(worker, [Cell("probe", PROBE)], Limits(call_timeout=20)) as process:
+        with StudentProcess(worker, [Cell("probe", secrets + PROBE)], Limits(call_timeout=20)) as process:
             results = Student(process).call("probe")["output"]
         # The worker survived it all and serves the next submission.
         with StudentProcess(worker, [Cell("f", "def f():\n    return 42\n")], Limits()) as process:
