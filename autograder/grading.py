@@ -78,10 +78,10 @@ class Grader:
         except SubmissionError as error:
             return not_graded(notebook, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
-        variant, others, files = None, {}, {}
+        variant, others, files = None, dict, {}
         if notebook_has_variants(notebook):                                           # 3
             variant = self.variants.draw(assignment, notebook, student_id)
-            others = self.variants.others(assignment, notebook, student_id, classmates)
+            others = lambda: self.variants.others(assignment, notebook, student_id, classmates)  # noqa: E731 (when asked)
             files = {FILENAME: self.variants.file_text(assignment, student_id)}
         process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
                                  self.course.uses_compiler_stack(assignment), files)

@@ -92,6 +92,7 @@ class Variants:
         self.course = course
         self._keys = dict(keys or {})
         self._secret = None
+        self._drawn = {}   # (assignment, notebook, student) -> numbers: a class's draws, made once per process
 
     @classmethod
     def of(cls, course):
@@ -134,8 +135,11 @@ class Variants:
 
     def draw(self, assignment, notebook, student):
         """One student's numbers of a notebook: JSON's types, as variant.json gives them to the notebook."""
-        made = self._declared(assignment, notebook)["make_variant"](random.Random(self.seed(assignment, notebook, student)))
-        return json.loads(json.dumps(made))
+        key = (assignment.id, notebook.name, student)
+        if key not in self._drawn:
+            made = self._declared(assignment, notebook)["make_variant"](random.Random(self.seed(assignment, notebook, student)))
+            self._drawn[key] = json.dumps(made)
+        return json.loads(self._drawn[key])   # a copy: what a suite does with it changes no other's
 
     def others(self, assignment, notebook, student, classmates):
         """{whose: numbers} of the released notebook and of each classmate but `student`."""

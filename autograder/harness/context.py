@@ -16,7 +16,7 @@ class Student:
         self.process = process
         self.device = device                   # "cuda": the calls' tensors go to the GPU (kernel assignments)
         self.variant = variant                 # the student's own numbers of this notebook (variants.py), or None
-        self.others = dict(others or {})       # whose -> numbers: the released notebook's and each classmate's
+        self._others = others or dict          # makes the others' numbers, when a suite first asks
         self.flags = []                        # for the instructor's eyes: an answer that is another's variant
         self.from_scratch = set(from_scratch)  # exercise ids under the from-scratch rule
         self.exercise = None                   # the exercise whose tests are running
@@ -34,6 +34,13 @@ class Student:
         if value.get("used_builtin_attention"):
             self.builtin_attention_users.add(self.exercise)
         return value
+
+    @property
+    def others(self):
+        """whose -> numbers: the released notebook's and each classmate's (drawn once, when first asked)."""
+        if callable(self._others):
+            self._others = self._others()
+        return self._others
 
     def value(self, name):
         """The value the notebook gave `name` (an answer written as numbers), in the reply's "output"."""
