@@ -9,6 +9,11 @@ ifeq ($(origin SUBMITTED), undefined)
 SUBMITTED := sample_class/submitted
 OUT       ?= sample_class/graded
 DB        ?= sqlite:///$(CURDIR)/sample_class/gradebook.db
+# The demo's students have numbers of their own, drawn from a demo secret made on first use (the
+# sample class's grades do not depend on it); the course's own secret is never made silently.
+DEMO_SECRET := COURSE_VARIANT_SECRET=$(HOME)/.cache/attention-course/demo-variant-secret \
+               $(GRADER) variant-secret --if-missing --out $(OUT) >/dev/null && \
+               COURSE_VARIANT_SECRET=$(HOME)/.cache/attention-course/demo-variant-secret
 else
 OUT       ?= grading
 DB        ?= sqlite:///$(CURDIR)/gradebook.db
@@ -32,8 +37,6 @@ export MPLBACKEND := Agg
         push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants
 
 setup: $(VENV)/.installed sandbox
-	@# The course's variant secret, made once on this machine where there is none (make variant-secret).
-	@$(GRADER) variant-secret --if-missing
 	@# The grader's own bytecode, for every process it starts (the checks compile nothing when it is
 	@# up to date); Python would write it itself unless PYTHONDONTWRITEBYTECODE is set.
 	@$(PYTHON) -m compileall -qq -j 0 autograder >/dev/null 2>&1 || true
@@ -56,7 +59,7 @@ sandbox:
 
 ## Grade every submission under $(SUBMITTED)/<student>/<assignment>/ (the sample class by default).
 grade: setup
-	$(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
+	$(DEMO_SECRET) $(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
 
 ## A grading service that keeps torch, the suites and started sandboxes warm for make grade (until Ctrl-C).
 serve: setup

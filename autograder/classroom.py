@@ -29,6 +29,7 @@ from autograder.files import write_csv
 from autograder.render import read_grades_csv, write_grades_csv
 from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
+from autograder.variants import Variants, has_variants
 
 log = logging.getLogger("autograder")
 
@@ -136,6 +137,8 @@ def course_fingerprint(course, assignment):
     """What grading an assignment depends on, besides the submission itself."""
     digest = hashlib.sha256()
     _hash_files(digest, grading_files(course, [assignment]))
+    if has_variants(assignment):   # a new secret gives every student new numbers: all is graded again
+        digest.update(hashlib.sha256(Variants.of(course).key(assignment.id)).digest())
     return digest.hexdigest()
 
 

@@ -533,7 +533,7 @@ def parser():
     numbers.set_defaults(run=_variants)
 
     secret = commands.add_parser("variant-secret", help="make the course's variant secret (once, outside the repository)")
-    secret.add_argument("--if-missing", action="store_true", help="do nothing where one exists (make setup)")
+    secret.add_argument("--if-missing", action="store_true", help="do nothing where one exists (the demo's make grade)")
     secret.add_argument("--force", action="store_true", help="replace it even though grades exist")
     _add_graded(secret)
     secret.set_defaults(run=_variant_secret)

@@ -13,8 +13,9 @@ A student's numbers are drawn from a seed that only the course can make:
     key of an assignment = HMAC-SHA256(the course's secret, assignment id)
     seed of a student    = HMAC-SHA256(key of the assignment, notebook NUL student id)
 
-so that knowing this scheme and another student's id is not enough.  The secret is created once
-(`make variant-secret`, mode 600, outside the repository, like the LMS key) and goes into no
+so that knowing this scheme and another student's id is not enough.  The secret is created once, on
+purpose (`make variant-secret`, mode 600, outside the repository, like the LMS key; never made
+silently where it is missing, which would give every student other numbers) and goes into no
 release, kit, zip or repository; Gradescope's zip carries the key of its one assignment
 (`variant-key.json`), which the sandbox never shows to student code.  Each student receives
 variant.json (`make variants`); the grader never reads it, and never trusts the notebook's cell:
@@ -76,7 +77,9 @@ def make_secret(path, course, graded=False, force=False):
 def read_secret(course):
     path = secret_path(course)
     try:
-        text = read_private(path, course.root, "the variant secret", "make variant-secret makes one").decode().strip()
+        text = read_private(path, course.root, "the variant secret",
+                            "make variant-secret makes the course's, once; copy it to every other machine "
+                            "that grades").decode().strip()
     except PrivateFileError as error:
         raise CourseError(str(error)) from None
     if len(text) < 32:

@@ -274,3 +274,17 @@ def test_every_catalogued_slip_shows_on_every_drawn_variant():
         first = v["period"] - 1
         assert not p.close((v["seq_len"] - first) / v["seq_len"] * math.log(v["vocab"]), p.floor_of(v))
         assert not p.close(p.floor_of(released), p.floor_of(v)) and not p.close(p.floor_of(released), p.floor_of(v, 2))
+
+
+def test_a_new_secret_grades_the_assignments_with_variants_again(tmp_path, monkeypatch):
+    """A submission is graded again when what its grade depends on changes: for an assignment with
+    variants, the secret too (every student's numbers change with it); for one without, not."""
+    from autograder.classroom import course_fingerprint
+    masks = COURSE.assignment("masks")
+    before = course_fingerprint(COURSE, BASICS), course_fingerprint(COURSE, masks)
+    secret = tmp_path / "secret"
+    secret.write_text("cd" * 32 + "\n")
+    secret.chmod(0o600)
+    monkeypatch.setenv(SECRET_ENV, str(secret))
+    after = course_fingerprint(COURSE, BASICS), course_fingerprint(COURSE, masks)
+    assert after[0] != before[0] and after[1] == before[1]
