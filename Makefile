@@ -11,9 +11,8 @@ OUT       ?= sample_class/graded
 DB        ?= sqlite:///$(CURDIR)/sample_class/gradebook.db
 # The demo's students have numbers of their own, drawn from a demo secret made on first use (the
 # sample class's grades do not depend on it); the course's own secret is never made silently.
-DEMO_SECRET := COURSE_VARIANT_SECRET=$(HOME)/.cache/attention-course/demo-variant-secret \
-               $(GRADER) variant-secret --if-missing --out $(OUT) >/dev/null && \
-               COURSE_VARIANT_SECRET=$(HOME)/.cache/attention-course/demo-variant-secret
+grade: export COURSE_VARIANT_SECRET := $(HOME)/.cache/attention-course/demo-variant-secret
+grade: DEMO := 1
 else
 OUT       ?= grading
 DB        ?= sqlite:///$(CURDIR)/gradebook.db
@@ -59,7 +58,8 @@ sandbox:
 
 ## Grade every submission under $(SUBMITTED)/<student>/<assignment>/ (the sample class by default).
 grade: setup
-	$(DEMO_SECRET) $(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
+	$(if $(DEMO),@$(GRADER) variant-secret --if-missing --out $(OUT) >/dev/null)
+	$(GRADER) grade-class --submitted $(SUBMITTED) --out $(OUT) --db $(DB) $(GRADE_ARGS)
 
 ## A grading service that keeps torch, the suites and started sandboxes warm for make grade (until Ctrl-C).
 serve: setup

@@ -155,6 +155,11 @@ def fingerprint(course_part, assignment, folder, problem=""):
     return digest.hexdigest()[:32]
 
 
+def class_students(course, submitted):
+    """Every student of the class under `submitted`, whatever they handed in."""
+    return tuple(sorted({student for student, *_ in find_submissions(course, submitted)[0]}))
+
+
 def select_tasks(course, submitted, layout, *, assignments=None, students=None, shard=None, force=False):
     """All tasks selected by the filters, those among them that need grading, and the strays."""
     parts = {}
@@ -385,8 +390,7 @@ def prepare_class(course, submitted, out, *, assignments=None, students=None, sh
         raise CourseError(f"no submissions found under {submitted}/<student>/<assignment>/"
                           + (" for the given --student/--assignment/--shard" if students or assignments or shard
                              else ""))
-    classmates = tuple(sorted({student for student, *_ in find_submissions(course, submitted)[0]}))
-    return ClassRun(layout, tasks, pending, strays, shard=shard, classmates=classmates,
+    return ClassRun(layout, tasks, pending, strays, shard=shard, classmates=class_students(course, submitted),
                     before=previous_scores(layout))
 
 

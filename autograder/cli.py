@@ -125,8 +125,8 @@ def _variants(args, course):
     if args.roster:
         students = list(lms.read_roster(args.roster))
     else:
-        from autograder.classroom import check_selection, find_submissions
-        students = sorted({student for student, *_ in find_submissions(course, check_selection(course, args.submitted))[0]})
+        from autograder.classroom import check_selection, class_students
+        students = class_students(course, check_selection(course, args.submitted))
     written = variants.Variants.of(course).write_files(chosen, students, Path(args.out))
     print(f"{len(written)} variant.json files in {args.out}/<student>/<assignment>/ ({len(students)} students, "
           f"{', '.join(a.id for a in chosen)}): each goes beside that student's notebook")

@@ -78,7 +78,7 @@ class Grader:
         except SubmissionError as error:
             return not_graded(notebook, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
-        variant, others, files = None, dict, {}
+        variant, others, files = None, None, {}
         if notebook_has_variants(notebook):                                           # 3
             variant = self.variants.draw(assignment, notebook, student_id)
             others = lambda: self.variants.others(assignment, notebook, student_id, classmates)  # noqa: E731 (when asked)

@@ -140,6 +140,13 @@ def name_problem(name):
     return ""
 
 
+def student_name_problem(name):
+    """Why `name` (a repository's or a roster's) cannot name a student's folder under submitted/, or ""."""
+    if not name or name.startswith(".") or "/" in name:
+        return "no student name"
+    return name_problem(name)
+
+
 def submission_folders(submitted):
     """(student, assignment folder name, folder, problem) for every folder two levels under
     `submitted`, and (name, "", path, problem) for what is not a folder there; never follows a link."""

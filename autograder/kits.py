@@ -108,13 +108,14 @@ def build_student_kit(course, folder, moment=None, student=None):
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
+    variants = Variants.of(course) if student is not None else None
     for assignment in chosen:
         for notebook in assignment.notebooks:
             target = folder / assignment.id / notebook.filename
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
-        if student is not None and has_variants(assignment):
-            (folder / assignment.id / FILENAME).write_text(Variants.of(course).file_text(assignment, student))
+        if variants and has_variants(assignment):
+            (folder / assignment.id / FILENAME).write_text(variants.file_text(assignment, student))
     pins = pinned_versions(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))

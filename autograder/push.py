@@ -30,7 +30,7 @@ from pathlib import Path
 from autograder import classroom, render
 from autograder.course import CourseError
 from autograder.forge import ForgeError, GitHub, Repository
-from autograder.intake import SubmissionError, name_problem, read_file
+from autograder.intake import SubmissionError, read_file, student_name_problem
 from autograder.variants import FILENAME
 from autograder.submission import MAX_FILE_BYTES
 
@@ -52,7 +52,7 @@ def students(forge, organization, prefix, log):
     """(repository, student) for each of the class's repositories whose name gives a student's folder name."""
     for repository in forge.repositories(organization, prefix):
         student = student_of(repository, prefix)
-        problem = name_problem(student) or ("" if student and not student.startswith(".") else "no student name")
+        problem = student_name_problem(student)
         if problem:
             log(f"skipped {repository.full_name}: {problem}")
             continue

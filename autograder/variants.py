@@ -33,6 +33,7 @@ from pathlib import Path
 
 from autograder.course import CourseError
 from autograder.files import PrivateFileError, read_private, write_atomic
+from autograder.intake import student_name_problem
 from autograder.reference import reference_namespace
 
 FILENAME = "variant.json"            # beside the notebook, in each student's copy
@@ -162,8 +163,9 @@ class Variants:
         returns the paths written."""
         written = []
         for student in students:
-            if not student or student.startswith(".") or "/" in student or "\0" in student:
-                raise CourseError(f"{student!r} cannot name a student's folder: no variant.json was written")
+            problem = student_name_problem(student)
+            if problem:
+                raise CourseError(f"{student!r} cannot name a student's folder ({problem}): no variant.json was written")
         for student in students:
             for assignment in assignments:
                 if has_variants(assignment):

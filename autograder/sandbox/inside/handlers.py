@@ -1,8 +1,10 @@
 """What a forked child of the warm worker answers (worker.py starts it, confined, and calls serve).
 
 Requests to a child (dicts with an "op"):
-  run_cells  run the notebook's code cells in order, one at a time, each under a time limit
+  run_cells  run the notebook's code cells in order, one at a time, each under a time limit (first
+             writing the grader's files beside them: a student's variant.json)
   names      which of the given names the submission defines, and whether they are classes
+  value      the value the notebook gave a name (an answer written as numbers)
   call       call a function with inputs, optionally back-propagate given output gradients
   module     build an nn.Module, optionally set its parameters, run steps on it (a method of the
              module, a notebook function that takes the module first, or new values for some
