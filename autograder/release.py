@@ -81,6 +81,7 @@ def describe(new, current):
 
 GENERATE = """
 import sys
+sys.modules.setdefault("rfc3987_syntax", None)   # as autograder/__init__.py says: 1 s per process for nothing
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config

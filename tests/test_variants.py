@@ -82,7 +82,7 @@ def two_students(tmp_path_factory):
                         root / "submitted" / student / "latent_attention")
     make_submission("attention_basics", basics, root / "submitted" / "carol" / "attention_basics")
     process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
-                         "--db", f"sqlite:///{root / 'gradebook.db'}", "--no-service", timeout=900)
+                         "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=900)
     assert process.returncode == 0, process.stderr
     return root
 
