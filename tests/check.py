@@ -57,16 +57,17 @@ def needs(exercise):
             and any(re.search(rf"\b{name}\b", mine) for name in re.findall(r"^(?:def|class) (\w+)", code, re.M))}
 
 
-def grade_entries(chosen, root, extra=()):
+def grade_entries(chosen, root, extra=(), jobs=0):
     """Grade the chosen (kind, entry) pairs, and extra (student, assignment, answers) submissions,
-    as one class under root; returns the folder of results."""
+    as one class under root, with `jobs` grading processes (0: grade-class's default, one per core);
+    returns the folder of results."""
     for kind, entry in chosen:
         assignment = ASSIGNMENT_OF[entry.exercise]
         answers = {**needs(entry.exercise), entry.exercise: entry.code}
         make_submission(assignment, answers, root / "submitted" / student_id(kind, entry) / assignment)
     for student, assignment, answers in extra:
         make_submission(assignment, answers, root / "submitted" / student / assignment)
-    process = run_grader("grade-class", "--submitted", root / "submitted", "--out", root / "out",
+    process = run_grader("grade-class", "--jobs", jobs, "--submitted", root / "submitted", "--out", root / "out",
                          "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=3000)
     if process.returncode != 0:
         raise RuntimeError(process.stderr)
