@@ -11,7 +11,8 @@ imported again in each sandbox's worker.  The service pays them once and keeps t
       and its stdin, stdout and stderr        -> fork: the child runs the same grade-class, on the
                                                  client's terminal, taking over the spare sandboxes
                                                  it needs (jail.Started.spares); once it ends, those
-                                                 it took are stopped and new ones started
+                                                 it took are stopped and new ones started (warmed up
+                                                 for torch's compiler stack as that run wanted them)
       Ctrl-C goes on to the child             <- the child's exit code
 
 The service runs no student code (that is the sandboxes'), and each run's sandboxes served no run
@@ -131,7 +132,7 @@ def forward(root, argv):
 
 
 def status(root):
-    """The service's state ({"spares": n, "ready": n, "running": n}), or None where none runs."""
+    """The service's state ({"spares": n, "ready": n, "running": n, "warm": n}), or None where none runs."""
     connection = _connect(root)
     if connection is None:
         return None
@@ -164,6 +165,9 @@ class Service:
         self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
         self.environment = read_at_start(self.started_with)
         self.sandboxed = course.limits.sandboxed
+        # Spares warm up torch's compiler stack (1 to 2 s of a core each) when grading needs it: at first
+        # if any assignment does; after a run, as that run did (the next is most often the same
+        # assignment again; one that needs it and finds a cold spare warms it as it takes it).
         self.warm = course.uses_compiler_stack(*course.assignments)
         self.runs = {}          # pid of a child running a command -> (its pipe, the spares it was offered)
         self.restart = False
@@ -224,7 +228,8 @@ class Service:
         try:
             if request.get("op") == "status":
                 _send(connection, {"spares": len(Started.spares), "running": len(self.runs),
-                                   "ready": sum(spare.ready() for spare in Started.spares)})
+                                   "ready": sum(spare.ready() for spare in Started.spares),
+                                   "warm": sum(spare.warm for spare in Started.spares)})
                 return
             reason = ("an unreadable request" if request.get("op") != "grade" else
                       "no terminal was handed over" if len(fds) != 3 else self.refusal(request))
@@ -257,9 +262,12 @@ class Service:
             del self.runs[pid]
             with os.fdopen(taken, "rb") as pipe:
                 try:
-                    used = set(json.loads(pipe.read() or b"null"))
-                except (TypeError, ValueError):
-                    used = None   # a run that said nothing may have used any of them
+                    told = json.loads(pipe.read() or b"null")
+                    used, warmed = set(told["taken"]), told["warmed"]
+                except (TypeError, ValueError, KeyError):
+                    used, warmed = None, None   # a run that said nothing may have used any of them
+            if isinstance(warmed, bool):
+                self.warm = warmed
             for spare in offered:
                 if used is None or spare.process.pid in used or spare.exited():
                     spare.stop()
@@ -285,7 +293,8 @@ class Service:
 
 def run_in_child(connection, fds, request, command, told):
     """The forked child: command(argv) (the command line's main) exactly as the client would run it,
-    on the client's terminal; at its end, the pids of the spares it took go to the service on `told`."""
+    on the client's terminal; at its end, the pids of the spares it took go to the service on `told`,
+    with whether its grading wanted them warm (None: it took none)."""
     code = 1
     finished = threading.Event()
     try:
@@ -321,7 +330,7 @@ def run_in_child(connection, fds, request, command, told):
     finally:
         finished.set()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        os.write(told, json.dumps(Started.taken).encode())
+        os.write(told, json.dumps({"taken": Started.taken, "warmed": Started.warmed}).encode())
         try:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -85,6 +85,24 @@ def test_the_service_grades_what_grade_class_grades_on_its_own(service, tmp_path
         f"error: no submissions folder at {tmp_path / 'nowhere'}"], refused.stderr
 
 
+def test_spares_are_warmed_as_the_last_run_wanted_them(service, tmp_path):
+    """Spares warm up torch's compiler stack only when the run before needed it (an assignment that
+    counts work or trains): a run of scaled_attention leaves cold spares, one of heads_at_work warm
+    ones, and each grades as the sample class says."""
+    course, process = service
+    cold = graded(course, tmp_path / "cold")
+    assert cold.returncode == 0 and "run in the course's grading service" in cold.stderr, cold.stderr
+    assert scores(tmp_path / "cold") == expected()
+    assert wait_ready(course, process)["warm"] == 0
+    warm = grader(course, "grade-class", "--submitted", SUBMITTED, "--out", tmp_path / "warm", "--db",
+                  f"sqlite:///{tmp_path / 'warm' / 'gb.db'}", "--student", "ada_perfect", "--assignment", "heads_at_work")
+    assert warm.returncode == 0 and "run in the course's grading service" in warm.stderr, warm.stderr
+    assert scores(tmp_path / "warm") == {key: value for key, value in EXPECTED.items()
+                                         if key == ("ada_perfect", "heads_at_work")}
+    state = wait_ready(course, process)
+    assert state["warm"] == state["spares"] == 1
+
+
 def test_an_unreadable_request_is_refused_and_the_service_goes_on(service):
     course, process = service
     for payload in (b"[1, 2]", b'{"op": "grade", "argv": "grade-class"}', b'{"op": "grade", "argv": ["grade"]}'):

@@ -239,6 +239,7 @@ class Started:
 
     spares = []  # started ahead by the grading service (service.py) for the next run to take over
     taken = []   # the pids of the spares this process took
+    warmed = None  # whether this process's grading wanted its workers warm (take's warm), once it took one
 
     def __init__(self, sandboxed, warm=False):
         """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler),
@@ -263,6 +264,7 @@ class Started:
     @classmethod
     def take(cls, sandboxed, warm=False):
         """A spare that is still alive and sandboxed alike (told to warm up if it was not), or a new one."""
+        cls.warmed = bool(cls.warmed) or warm
         while cls.spares:
             spare = cls.spares.pop()
             if spare.sandboxed == sandboxed and spare.control is not None and not spare.exited():
