@@ -36,9 +36,8 @@ KINDS = {"mistake": MISTAKES, "alternative": ALTERNATIVES, "degenerate": DEGENER
 
 def student_id(kind, entry):
     """The catalogue's student who hands in the entry: the n-th entry of every assignment is answer_<n>'s,
-    so that the class is few students with few assignments not handed in (each one is still a row to
-    grade and publish: 263 rows where one student per entry made 3,573); ENTRY.txt in the submission
-    folder names the entry."""
+    so that the class is few students with few assignments not handed in (each of which is still a row
+    to grade and publish, as for a student per entry); ENTRY.txt in the submission folder names the entry."""
     return f"answer_{_places()[kind, entry.exercise, entry.name]:03d}"
 
 

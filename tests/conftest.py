@@ -65,7 +65,8 @@ def scores_by_exercise(result):
 
 
 # The modules that take longest first, so that the two pytest-xdist workers of `make test` finish
-# together (longest processing time first; Makefile: --dist loadfile --no-loadscope-reorder).
+# together (longest processing time first; Makefile: --dist loadfile --no-loadscope-reorder), except
+# the sample class, which starts first, beside the catalogue.
 # Measured wall seconds per module in one make test, roughly: catalogue 195 (one grading process), lifecycle 80,
 # notebooks_run 85, scale 55, sample_class 50, delivery 50, lti 45, service 45, grading 35, variants 25,
 # customise 25, push 20, hostile 15, kernels 15, sandbox 15; the rest are quick.  The two workers end
