@@ -50,6 +50,7 @@ class Task:
     fingerprint: str = ""
     problem: str = ""      # why the folder is not graded at all (a link, an odd name), or ""
     missing: bool = False  # the student handed in nothing for this assignment (others of the class did)
+    exercises: tuple = ()  # the only exercises to grade (grade-class --exercise: an author's check), or () for all
 
     @property
     def key(self):
@@ -160,8 +161,10 @@ def class_students(course, submitted):
     return tuple(sorted({student for student, *_ in find_submissions(course, submitted)[0]}))
 
 
-def select_tasks(course, submitted, layout, *, assignments=None, students=None, shard=None, force=False):
-    """All tasks selected by the filters, those among them that need grading, and the strays."""
+def select_tasks(course, submitted, layout, *, assignments=None, students=None, shard=None, force=False,
+                 exercises=()):
+    """All tasks selected by the filters, those among them that need grading, and the strays.
+    exercises: the only exercises to grade, or () for all (a part grades again as a whole, and back)."""
     parts = {}
     tasks = []
     found, strays = find_submissions(course, submitted, assignments)
@@ -169,9 +172,9 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
         if students and not any(fnmatch.fnmatchcase(student, pattern) for pattern in students):
             continue
         if assignment.id not in parts:
-            parts[assignment.id] = course_fingerprint(course, assignment)
+            parts[assignment.id] = course_fingerprint(course, assignment) + " ".join(sorted(exercises))
         task = Task(student, assignment.id, str(folder),
-                    fingerprint(parts[assignment.id], assignment, folder, problem), problem, missing)
+                    fingerprint(parts[assignment.id], assignment, folder, problem), problem, missing, tuple(exercises))
         if in_shard(task, shard):
             tasks.append(task)
     pending = []
@@ -196,9 +199,10 @@ def _grade_tasks(course, layout, tasks, report, assignments, started, classmates
             assignment = course.assignment(task.assignment)
             if task.problem:
                 result = SubmissionResult(task.student, task.assignment,
-                                          [not_graded(nb, task.problem) for nb in assignment.notebooks])
+                                          [not_graded(nb.part(task.exercises), task.problem) for nb in assignment.notebooks])
             else:
-                result = grader.grade_submission(assignment, task.folder, task.student, classmates=classmates)
+                result = grader.grade_submission(assignment, task.folder, task.student, classmates=classmates,
+                                                 exercises=task.exercises)
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
             log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
                      result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
@@ -292,7 +296,7 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
     for task in running.values():
         if task.key in remaining:
             lost = SubmissionResult(task.student, task.assignment,
-                                    [grader_failed(nb, "the grading process stopped on this submission")
+                                    [grader_failed(nb.part(task.exercises), "the grading process stopped on this submission")
                                      for nb in course.assignment(task.assignment).notebooks])
             layout.save(lost, fingerprint="")
             remaining.discard(task.key)
@@ -343,6 +347,7 @@ class ClassRun:
     shard: tuple = None
     classmates: tuple = ()      # every student of the class, whatever the filters and the shard
     before: dict = None         # the scores before this run, by (student, assignment)
+    exercises: tuple = ()       # the only exercises graded (an author's check: no gradebook), or () for all
     results: list = None        # every graded submission in the output folder, after the run
     interrupted: bool = False
 
@@ -361,28 +366,35 @@ class ClassRun:
         return [result for result in self.results or [] if (result.student, result.assignment) in chosen]
 
 
-def check_selection(course, submitted, assignments=None):
-    """The submissions folder as a Path; CourseError when it is missing or an assignment id is unknown
-    (an unknown id is an error, not an empty run)."""
+def check_selection(course, submitted, assignments=None, exercises=()):
+    """The submissions folder as a Path; CourseError when it is missing or an assignment or exercise id
+    is unknown (an unknown id is an error, not an empty run)."""
     submitted = Path(submitted)
     if not submitted.is_dir():
         raise CourseError(f"no submissions folder at {submitted}")
     for assignment in assignments or []:
         course.assignment(assignment)
+    known = {exercise.id for assignment in course.assignments for exercise in assignment.exercises
+             if not assignments or assignment.id in assignments}
+    for exercise in exercises:
+        if exercise not in known:
+            raise CourseError(f"no exercise {exercise!r} in {', '.join(assignments) if assignments else 'the course'}")
     return submitted
 
 
-def prepare_class(course, submitted, out, *, assignments=None, students=None, shard=None, force=False):
-    """The ClassRun of a class before grading: its output folder made, the submissions chosen.  A
-    shard that holds none of the class's submissions is marked finished here (nothing to do: a
-    ClassRun without tasks); CourseError when nothing at all is found."""
-    submitted = check_selection(course, submitted, assignments)
+def prepare_class(course, submitted, out, *, assignments=None, students=None, shard=None, force=False,
+                  exercises=()):
+    """The ClassRun of a class before grading: its output folder made, the submissions chosen (of
+    them, only `exercises` when given).  A shard that holds none of the class's submissions is marked
+    finished here (nothing to do: a ClassRun without tasks); CourseError when nothing at all is found."""
+    exercises = tuple(exercises or ())
+    submitted = check_selection(course, submitted, assignments, exercises)
     layout = Layout(out, course.visibility())
     layout.out.mkdir(parents=True, exist_ok=True)
     if shard:
         layout.shard_manifest.unlink(missing_ok=True)  # written again when this run has graded all of its shard
     tasks, pending, strays = select_tasks(course, submitted, layout, assignments=assignments, students=students,
-                                          shard=shard, force=force)
+                                          shard=shard, force=force, exercises=exercises)
     if not tasks and shard and find_submissions(course, submitted, assignments)[0]:
         layout.results.mkdir(parents=True, exist_ok=True)
         layout.finish_shard(shard, [])
@@ -391,17 +403,21 @@ def prepare_class(course, submitted, out, *, assignments=None, students=None, sh
                           + (" for the given --student/--assignment/--shard" if students or assignments or shard
                              else ""))
     return ClassRun(layout, tasks, pending, strays, shard=shard, classmates=class_students(course, submitted),
-                    before=previous_scores(layout))
+                    before=previous_scores(layout), exercises=exercises)
 
 
 def grade_class(course, chosen, db_url, autograded, jobs, update):
     """Grade what `chosen` (a ClassRun) holds pending, record each submission in nbgrader's gradebook as it is done,
     publish grades.csv and the wide export, and mark a shard finished; update(task, result) after
-    each.  Ctrl-C stops it with what was graded saved (chosen.interrupted)."""
+    each.  Ctrl-C stops it with what was graded saved (chosen.interrupted).  A run of chosen exercises
+    (an author's check) records nothing in the gradebook: its scores are parts of submissions."""
     recorder = None
+    db_url = None if chosen.exercises else db_url
 
     def prepare():  # once the sandboxes are starting: nbgrader's import and the gradebook's tables
         nonlocal recorder
+        if db_url is None:
+            return
         from autograder import gradebook
         gradebook.prepare(db_url, course, {task.assignment for task in chosen.tasks}, only_new=True)
         recorder = gradebook.Recorder(db_url, course, autograded)
@@ -409,7 +425,8 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
     def on_done(task):
         result = chosen.layout.graded_one(task.student, task.assignment)
         try:
-            recorder.record(result, task.folder)
+            if recorder is not None:
+                recorder.record(result, task.folder)
         except Exception:  # the grade is on disk; --force records it again
             log.exception("could not record %s in the gradebook", task.key)
             print(f"warning: {task.key} is graded but not in the gradebook (see {chosen.layout.log})", file=sys.stderr)

@@ -196,9 +196,16 @@ def _check_sandbox(course, probe_it=True):
 def _grade_class(args, course):
     from autograder import classroom, render
 
+    if args.exercise and args.out is None:
+        raise CourseError("--exercise grades part of each submission (an author's check, as make check runs): "
+                          "give it an --out folder of its own, not the class's grading folder")
+    if args.exercise and args.db != f"sqlite:///{course.root / 'gradebook.db'}":
+        raise CourseError("--exercise records nothing in a gradebook (its scores are parts of submissions): "
+                          "leave --db out")
     _check_sandbox(course)
-    chosen = classroom.prepare_class(course, args.submitted, args.out, assignments=args.assignment,
-                                     students=args.student, shard=args.shard, force=args.force)
+    chosen = classroom.prepare_class(course, args.submitted, args.out or "grading", assignments=args.assignment,
+                                     students=args.student, shard=args.shard, force=args.force,
+                                     exercises=args.exercise)
     classroom.start_log(chosen.layout.log)
     if not chosen.tasks:
         print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
@@ -437,7 +444,10 @@ def parser():
     whole = commands.add_parser("grade-class", help="grade <submitted>/<student>/<assignment>/")
     whole.add_argument("--submitted", default="submitted")
     _add_selection(whole)
-    whole.add_argument("--out", default="grading", help="folder for grades.csv, results, feedback")
+    whole.add_argument("--exercise", action="append", default=[],
+                       help="grade only this exercise (repeatable): an author's check, with an --out of its own "
+                            "and no gradebook")
+    whole.add_argument("--out", default=None, help="folder for grades.csv, results, feedback (default: grading)")
     _add_db(whole)
     whole.add_argument("--jobs", type=int, default=0, help="grading processes (default: one per core)")
     whole.add_argument("--shard", type=_shard, default=None, metavar="K/N",

@@ -73,6 +73,13 @@ class Notebook:
     def filename(self):
         return f"{self.name}.ipynb"
 
+    def part(self, exercise_ids):
+        """The notebook with only the chosen exercises (ids; () chooses all): what an author's check
+        (grade-class --exercise) grades.  The notebook still runs whole, with the student's variant."""
+        if not exercise_ids:
+            return self
+        return replace(self, exercises=tuple(e for e in self.exercises if e.id in exercise_ids))
+
 
 @dataclass(frozen=True)
 class Assignment:

@@ -37,46 +37,51 @@ class Grader:
     def __init__(self, course, worker, suites, variants):
         self.course, self.worker, self.suites, self.variants = course, worker, suites, variants
 
-    def grade_submission(self, assignment, folder, student="student", notebooks=None, classmates=()):
+    def grade_submission(self, assignment, folder, student="student", notebooks=None, classmates=(), exercises=()):
         """Grade every notebook of an assignment found in `folder` (or the given paths in it), handed
         in by `student` (whose variant is drawn; classmates: the class, whose variants an answer may
-        match)."""
+        match); `exercises`: the ids of the only exercises to grade (an author's check), or () for all."""
         started = time.monotonic()
         result = SubmissionResult(student, assignment.id)
+        parts = [(notebook, notebook.part(exercises)) for notebook in assignment.notebooks]
+        parts = [(notebook, part) for notebook, part in parts if part.exercises or not exercises]
         try:
             handed_in = lateness.submitted_at(folder)
         except SubmissionError as error:  # a planted timestamp.txt: nothing of it is graded
-            result.notebooks = [not_graded(notebook, str(error)) for notebook in assignment.notebooks]
+            result.notebooks = [not_graded(part, str(error)) for _, part in parts]
             return result
-        for notebook in assignment.notebooks:
+        for notebook, part in parts:
             path = (notebooks or {}).get(notebook.name) or Path(folder) / notebook.filename
             if not intake.exists(path):
-                result.notebooks.append(not_graded(notebook, f"{notebook.filename} was {NOT_SUBMITTED}"))
+                result.notebooks.append(not_graded(part, f"{notebook.filename} was {NOT_SUBMITTED}"))
                 continue
-            result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder, student, classmates))
+            result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder, student, classmates,
+                                                        part))
         result.submitted_at = handed_in.isoformat() if handed_in else ""
         result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
         result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 
-    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=()):
+    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=(), part=None):
+        """part: the notebook with only the exercises to grade (Notebook.part), or None for all of them."""
+        part = part or notebook
         try:
-            return self._grade_notebook(assignment, notebook, path, folder, student, classmates)
+            return self._grade_notebook(assignment, notebook, path, folder, student, classmates, part)
         except WorkerError as error:
             log.error("worker failure while grading %s: %s", path, error)
-            return grader_failed(notebook, f"its sandbox failed ({error}); grade it again")
+            return grader_failed(part, f"its sandbox failed ({error}); grade it again")
         except Exception as error:  # one submission never costs the run: the instructor gets the traceback
             log.exception("internal error while grading %s", path)
-            return grader_failed(notebook, f"{type(error).__name__} (the traceback is in grader.log)")
+            return grader_failed(part, f"{type(error).__name__} (the traceback is in grader.log)")
 
-    def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates):
+    def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates, part):
         instructor = self.course.release_notebook(assignment, notebook)
         try:
             program = load_program(path, folder, instructor)                          # 1
             check_belongs(program, notebook, self.course)                             # 2
         except SubmissionError as error:
-            return not_graded(notebook, str(error))
+            return not_graded(part, str(error))
         reference = reference_namespace(self.course.source_notebook(assignment, notebook))
         variant, others, files = None, None, {}
         if notebook_has_variants(notebook):                                           # 3
@@ -89,20 +94,20 @@ class Grader:
             try:
                 process.start()                                                       # 4
             except StudentFailure as error:
-                return not_graded(notebook, f"the notebook could not be run: {error}")
+                return not_graded(part, f"the notebook could not be run: {error}")
             loaded = time.monotonic()
             student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
                               device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
                               variant=variant, others=others)
-            outcomes = self.suites.run(notebook.exercises, student, reference)        # 5
+            outcomes = self.suites.run(part.exercises, student, reference)            # 5
             checked = time.monotonic()
         finally:
             process.close()
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
-        flag = rules.internals_flag(program, notebook.exercises)
-        broken = rules.broken_rules(notebook.exercises, student, flag)                # 6
-        result = score_notebook(notebook, outcomes, process.cell_reports, broken)    # 7
+        flag = rules.internals_flag(program, part.exercises)
+        broken = rules.broken_rules(part.exercises, student, flag)                    # 6
+        result = score_notebook(part, outcomes, process.cell_reports, broken)        # 7
         result.flags = [f"{notebook.filename}: {line}" for line in ([flag] if flag else []) + student.flags]
         result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
         return result

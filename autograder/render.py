@@ -240,6 +240,8 @@ def class_plan(chosen, jobs):
     to_grade = chosen.to_grade
     return ((f"{len(to_grade)} submission(s) of {len({task.student for task in to_grade})} student(s) to grade "
              f"with {jobs} job(s)" if to_grade else "Nothing to grade")
+            + (f"; only {', '.join(chosen.exercises)} of each (an author's check: no gradebook)"
+               if chosen.exercises else "")
             + (f"; {chosen.unchanged} unchanged since graded (make grade FORCE=1, or --force, grades them again)"
                if chosen.unchanged else ""))
 
@@ -268,7 +270,8 @@ def class_report(chosen, submitted, db, table=False):
     rows = [r for r in results if not r.missing]
     parts.append(f"Grades: {layout.grades_csv} ({len(rows)} submission(s) of {len({r.student for r in rows})} "
                  f"student(s){f', {len(results) - len(rows)} not submitted' if len(results) > len(rows) else ''})   "
-                 f"wide: {layout.wide_csv}   feedback: {layout.feedback_root}   gradebook: {db}")
+                 f"wide: {layout.wide_csv}   feedback: {layout.feedback_root}   "
+                 f"gradebook: {'not written (--exercise)' if chosen.exercises else db}")
     return "\n".join(parts)
 
 

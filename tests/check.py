@@ -35,21 +35,30 @@ KINDS = {"mistake": MISTAKES, "alternative": ALTERNATIVES, "degenerate": DEGENER
 
 
 def student_id(kind, entry):
-    """The catalogue's student who hands in the entry: the n-th entry of every assignment is answer_<n>'s,
-    so that the class is few students with few assignments not handed in (each of which is still a row
-    to grade and publish, as for a student per entry); ENTRY.txt in the submission folder names the entry."""
-    return f"answer_{_places()[kind, entry.exercise, entry.name]:03d}"
+    """The catalogue's student who hands in the entry: the n-th entry of an assignment in a group of
+    exercises (exercise_groups: one grading run each) is answer_<group>_<n>'s, so that the class is few
+    students with few assignments not handed in (each of which is still a row to grade and publish, as
+    for a student per entry); ENTRY.txt in the submission folder names the entry."""
+    return f"answer_{_group_of()[entry.exercise]}_{_places()[kind, entry.exercise, entry.name]:03d}"
 
 
 @functools.cache
 def _places():
-    """(kind, exercise, name) -> the entry's place among its assignment's entries, in catalogue order."""
+    """(kind, exercise, name) -> the entry's place among its group's entries of its assignment, in
+    catalogue order."""
     counted, places = {}, {}
     for kind, entry in entries():
-        assignment = ASSIGNMENT_OF[entry.exercise]
-        places[kind, entry.exercise, entry.name] = counted.get(assignment, 0)
-        counted[assignment] = counted.get(assignment, 0) + 1
+        key = _group_of()[entry.exercise], ASSIGNMENT_OF[entry.exercise]
+        places[kind, entry.exercise, entry.name] = counted.get(key, 0)
+        counted[key] = counted.get(key, 0) + 1
     return places
+
+
+@functools.cache
+def _group_of():
+    """exercise id -> the index of its group among the whole catalogue's exercise_groups."""
+    groups = exercise_groups(list(dict.fromkeys(entry.exercise for _, entry in entries())))
+    return {exercise: index for index, group in enumerate(groups) for exercise in group}
 
 
 def entries(exercise=None):
@@ -71,22 +80,50 @@ def needs(exercise):
             and any(re.search(rf"\b{name}\b", mine) for name in re.findall(r"^(?:def|class) (\w+)", code, re.M))}
 
 
+def exercise_groups(exercises):
+    """The exercises in as few groups as a greedy colouring gives, no exercise in a group with one whose
+    reference answer it is graded beside (needs), either way round: each group is one
+    `grade-class --exercise` run, so that each entry's run grades its own exercise alone."""
+    groups = []
+    for exercise in exercises:
+        group = next((group for group in groups if not any(other in needs(exercise) or exercise in needs(other)
+                                                           for other in group)), None)
+        if group is None:
+            groups.append(group := [])
+        group.append(exercise)
+    return groups
+
+
 def grade_entries(chosen, root, extra=(), jobs=0):
-    """Grade the chosen (kind, entry) pairs, and extra (student, assignment, answers) submissions,
-    as one class under root, with `jobs` grading processes (0: grade-class's default, one per core);
-    returns the folder of results."""
-    for kind, entry in chosen:
-        assignment = ASSIGNMENT_OF[entry.exercise]
-        answers = {**needs(entry.exercise), entry.exercise: entry.code}
-        folder = root / "submitted" / student_id(kind, entry) / assignment
-        make_submission(assignment, answers, folder)
-        (folder / "ENTRY.txt").write_text(f"{kind} of {entry.exercise}: {entry.name}\n")
-    for student, assignment, answers in extra:
-        make_submission(assignment, answers, root / "submitted" / student / assignment)
-    process = run_grader("grade-class", "--jobs", jobs, "--submitted", root / "submitted", "--out", root / "out",
-                         "--db", f"sqlite:///{root / 'gradebook.db'}", timeout=3000)
-    if process.returncode != 0:
-        raise RuntimeError(process.stderr)
+    """Grade the chosen (kind, entry) pairs, and extra (student, assignment, answers) submissions, into
+    one results folder under root, with `jobs` grading processes (0: grade-class's default, one per core).
+    The entries are graded with the command instructors run, one `grade-class --exercise` run per group
+    of exercise_groups, so that an entry's grading runs its own exercise's tests and not those of the
+    reference answers beside it; the extra submissions are graded on every chosen exercise (whole when
+    no entry is chosen).  Returns the folder of results."""
+    exercises = list(dict.fromkeys(entry.exercise for _, entry in chosen))
+    groups = sorted({_group_of()[exercise] for exercise in exercises})
+    runs = [([e for e in exercises if _group_of()[e] == group],
+             [(kind, entry) for kind, entry in chosen if _group_of()[entry.exercise] == group], []) for group in groups]
+    if extra and len(runs) == 1:
+        runs[0][2].extend(extra)
+    elif extra:
+        runs.append((exercises, [], list(extra)))
+    for index, (group, pairs, others) in enumerate(runs):
+        submitted = root / f"submitted-{index}"
+        for kind, entry in pairs:
+            assignment = ASSIGNMENT_OF[entry.exercise]
+            answers = {**needs(entry.exercise), entry.exercise: entry.code}
+            folder = submitted / student_id(kind, entry) / assignment
+            make_submission(assignment, answers, folder)
+            (folder / "ENTRY.txt").write_text(f"{kind} of {entry.exercise}: {entry.name}\n")
+        for student, assignment, answers in others:
+            make_submission(assignment, answers, submitted / student / assignment)
+        chosen_only = [option for exercise in group for option in ("--exercise", exercise)]
+        process = run_grader("grade-class", *(chosen_only or ["--db", f"sqlite:///{root / 'gradebook.db'}"]),
+                             "--jobs", jobs, "--submitted", submitted, "--out", root / "out", timeout=3000)
+        if process.returncode != 0:
+            raise RuntimeError(process.stderr)
     return root / "out" / "results"
 
 

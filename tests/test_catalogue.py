@@ -5,8 +5,10 @@ and no other catalogued cause; every correct alternative gets full marks; every 
 and hears why once, at the top of the exercise; every answer that games a measured point loses
 that point, and only the tests the catalogue says, with the reason.
 
-The whole catalogue is graded as one class by `grade-class`, the command instructors run, and
-judged by the functions `make check EXERCISE=id` uses (tests/check.py).
+The whole catalogue is graded by `grade-class --exercise`, the command instructors run, in one run
+per group of exercises that do not call each other (each entry's own exercise is graded, not the
+suites of the reference answers beside it), and judged by the functions `make check EXERCISE=id`
+uses (tests/check.py).
 """
 
 import pytest

@@ -314,3 +314,55 @@ def test_one_notebook_graded_says_each_exercise_and_writes_the_feedback(tmp_path
     assert lines[-1] == f"{assignment.max_score - padding.max_score:g} / {assignment.max_score:g}"
     page = (tmp_path / "feedback.html").read_text()
     assert f"Score: {assignment.max_score - padding.max_score:g} / {assignment.max_score:g}" in page
+
+
+def test_an_authors_check_grades_the_chosen_exercise_alone_and_writes_no_gradebook(tmp_path):
+    """grade-class --exercise (what make check and the catalogue run): each submission's results hold
+    the chosen exercise's tests alone, each as a whole run grades it; nothing goes into a gradebook;
+    the same folder graded whole afterwards grades every submission again (a part is no whole)."""
+    assignment = COURSE.assignment("masks")
+    padding = assignment.exercise("padding_mask")
+    answers = solution_answers("masks")
+    submitted, out = tmp_path / "submitted", tmp_path / "out"
+    make_submission("masks", answers, submitted / "ada" / "masks")
+    make_submission("masks", {key: code for key, code in answers.items() if key != "padding_mask"},
+                    submitted / "bo" / "masks")
+
+    def results():
+        return {student: json.loads((out / "results" / student / "masks" / "results.json").read_text())
+                for student in ("ada", "bo")}
+
+    process = run_grader("grade-class", "--exercise", "padding_mask", "--submitted", submitted, "--out", out)
+    assert process.returncode == 0, process.stderr
+    assert "only padding_mask of each" in process.stdout and "gradebook: not written (--exercise)" in process.stdout
+    assert not (tmp_path / "autograded").exists()
+    part = results()
+    for student, points in (("ada", padding.max_score), ("bo", 0)):
+        assert [test["name"] for test in part[student]["tests"]] == [f"padding_mask: {name}" for name in padding.points]
+        assert scores_by_exercise(part[student]) == {"padding_mask": points}
+
+    process = run_grader("grade-class", "--submitted", submitted, "--out", out, "--db",
+                         f"sqlite:///{tmp_path / 'gradebook.db'}")
+    assert process.returncode == 0, process.stderr
+    assert "2 submission(s) of 2 student(s) to grade" in process.stdout
+    whole = results()
+    assert scores_by_exercise(whole["ada"]) == {exercise.id: exercise.max_score for exercise in assignment.exercises}
+    assert scores_by_exercise(whole["bo"])["padding_mask"] == 0
+    for student in ("ada", "bo"):   # the same tests, outputs and points (numbered by where they stand)
+        assert [{**test, "number": ""} for test in whole[student]["tests"] if test["name"].startswith("padding_mask:")] \
+            == [{**test, "number": ""} for test in part[student]["tests"]]
+
+
+@pytest.mark.parametrize("case,message", [
+    ("no --out", "give it an --out folder of its own"),
+    ("a gradebook", "leave --db out"),
+    ("another assignment's exercise", "no exercise 'sdpa' in masks"),
+])
+def test_an_authors_check_is_refused_where_it_would_write_part_grades(case, message, tmp_path):
+    out = ["--out", tmp_path / "out"]
+    extra = {"no --out": [], "a gradebook": [*out, "--db", f"sqlite:///{tmp_path / 'g.db'}"],
+             "another assignment's exercise": [*out, "--assignment", "masks", "--exercise", "sdpa"]}[case]
+    process = run_grader("grade-class", "--submitted", "sample_class/submitted", "--exercise", "padding_mask", *extra)
+    assert process.returncode == 2
+    assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "g.db").exists()
