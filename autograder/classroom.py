@@ -199,7 +199,8 @@ def _grade_tasks(course, layout, tasks, report, assignments, started, classmates
             assignment = course.assignment(task.assignment)
             if task.problem:
                 result = SubmissionResult(task.student, task.assignment,
-                                          [not_graded(nb.part(task.exercises), task.problem) for nb in assignment.notebooks])
+                                          [not_graded(nb.part(task.exercises), task.problem)
+                                           for nb in assignment.notebooks])
             else:
                 result = grader.grade_submission(assignment, task.folder, task.student, classmates=classmates,
                                                  exercises=task.exercises)
@@ -296,8 +297,8 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
     for task in running.values():
         if task.key in remaining:
             lost = SubmissionResult(task.student, task.assignment,
-                                    [grader_failed(nb.part(task.exercises), "the grading process stopped on this submission")
-                                     for nb in course.assignment(task.assignment).notebooks])
+                                    [grader_failed(nb.part(task.exercises), "the grading process stopped on this "
+                                                   "submission") for nb in course.assignment(task.assignment).notebooks])
             layout.save(lost, fingerprint="")
             remaining.discard(task.key)
             on_done(task)
