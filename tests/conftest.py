@@ -67,10 +67,10 @@ def scores_by_exercise(result):
 # The modules that take longest first, so that the two pytest-xdist workers of `make test` finish
 # together (longest processing time first; Makefile: --dist loadfile --no-loadscope-reorder), except
 # the sample class, which starts first, beside the catalogue.
-# Measured wall seconds per module in one make test, roughly: catalogue 195 (one grading process), lifecycle 80,
-# notebooks_run 85, scale 55, sample_class 50, delivery 50, lti 45, service 45, grading 35, variants 25,
-# customise 25, push 20, hostile 15, kernels 15, sandbox 15; the rest are quick.  The two workers end
-# within about 15 s of each other.
+# Measured wall seconds per module in one make test (fresh clone), roughly: catalogue 145 (three grading
+# runs of one process), notebooks_run 95, lifecycle 80, scale 70, service 60, delivery 55, sample_class 50,
+# lti 50, grading 45, variants 25, customise 25, hostile 20, push 20; the rest are quick.  The two workers
+# end within about 15 s of each other.
 LONGEST_FIRST = ["test_sample_class.py", "test_catalogue.py", "test_lifecycle.py", "test_grading.py",
                  "test_notebooks_run.py", "test_scale.py", "test_service.py", "test_lti.py", "test_push.py",
                  "test_delivery.py", "test_hostile.py", "test_course.py", "test_customise.py", "test_sandbox.py"]
