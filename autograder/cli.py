@@ -199,7 +199,7 @@ def _grade_class(args, course):
     if args.exercise and args.out is None:
         raise CourseError("--exercise grades part of each submission (an author's check, as make check runs): "
                           "give it an --out folder of its own, not the class's grading folder")
-    if args.exercise and args.db != f"sqlite:///{course.root / 'gradebook.db'}":
+    if args.exercise and args.db != course.gradebook_url:
         raise CourseError("--exercise records nothing in a gradebook (its scores are parts of submissions): "
                           "leave --db out")
     _check_sandbox(course)
@@ -617,7 +617,7 @@ def main(argv=None):
             if code is not None:
                 return code
         if getattr(args, "db", "") is None:
-            args.db = f"sqlite:///{course.root / 'gradebook.db'}"
+            args.db = course.gradebook_url
         code = args.run(args, course)
         if why_not and code == 0:   # after the run: an error stays the one line it is
             print(f"note: run without the course's grading service: {why_not}", file=sys.stderr)

@@ -132,6 +132,11 @@ class Course:
     released: tuple = None          # course.yml's explicit list of released assignments, if given
     variant_secret: str = ""        # where the secret of per-student variants lives (variants.py's default)
 
+    @property
+    def gradebook_url(self):
+        """nbgrader's gradebook in the course root: where --db points when it is not given."""
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
     def visibility(self):
         """exercise id -> when Gradescope shows its tests to students."""
         return {e.id: e.visibility for a in self.assignments for e in a.exercises}

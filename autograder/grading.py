@@ -56,16 +56,16 @@ class Grader:
                 result.notebooks.append(not_graded(part, f"{notebook.filename} was {NOT_SUBMITTED}"))
                 continue
             result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder, student, classmates,
-                                                        part))
+                                                        exercises))
         result.submitted_at = handed_in.isoformat() if handed_in else ""
         result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
         result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 
-    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=(), part=None):
-        """part: the notebook with only the exercises to grade (Notebook.part), or None for all of them."""
-        part = part or notebook
+    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=(), exercises=()):
+        """exercises: the ids of the only exercises of the notebook to grade, or () for all."""
+        part = notebook.part(exercises)
         try:
             return self._grade_notebook(assignment, notebook, path, folder, student, classmates, part)
         except WorkerError as error:

@@ -90,4 +90,4 @@ def png_base64(picture):
 
 @functools.lru_cache(maxsize=64)
 def _png_base64(picture_json):
-    return base64.b64encode(png(Picture(**json.loads(picture_json)))).decode("ascii")
+    return base64.b64encode(png(Picture.from_dict(json.loads(picture_json)))).decode("ascii")

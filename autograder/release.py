@@ -121,7 +121,7 @@ def submissions_in_gradebook(db_url, assignment_id):
 
 
 def release(course, assignment_ids=None, db_url=None):
-    db_url = db_url or f"sqlite:///{course.root / 'gradebook.db'}"
+    db_url = db_url or course.gradebook_url
     selected = [a for a in course.assignments if not assignment_ids or a.id in assignment_ids]
     if assignment_ids:
         for assignment_id in assignment_ids:
