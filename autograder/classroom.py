@@ -240,17 +240,21 @@ def _grading_process(course, out, tasks, events, assignments, sandboxes, index, 
 
 
 def prime(course, assignments):
-    """Import what grading needs, the suites' modules among it, and run the reference solutions
-    once, here, so that every grading process forked from this one starts with them (this process
-    never runs student code)."""
+    """Import what grading needs, the suites' modules among it, run the reference solutions and
+    what the suites prepare (SuiteSession.prepare) once, here, so that every grading process forked
+    from this one starts with them (this process never runs student code)."""
+    import torch
     from autograder.grading import open_grader  # noqa: F401  (torch, pytest, nbformat)
     from autograder.harness.plugin import with_suites
+    # One thread for the tensor maths done here, as in the grading processes (open_grader): OpenMP's
+    # threads do not survive a fork, and a forked process that finds their team waits on it forever.
+    torch.set_num_threads(1)
     from autograder.reference import reference_namespace
     for assignment_id in assignments:
         assignment = course.assignment(assignment_id)
         for notebook in assignment.notebooks:
             reference_namespace(course.source_notebook(assignment, notebook))
-    with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: None)
+    with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: suites.prepare())
 
 
 def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile, classmates):
@@ -321,10 +325,11 @@ def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmat
     # The sandboxes start first: each imports torch (seconds) while this process imports its own.
     from autograder.sandbox.jail import Started
     assignments = sorted({task.assignment for task in pending})
-    warm = course.uses_compiler_stack(*map(course.assignment, assignments))
+    graded = [course.assignment(assignment) for assignment in assignments]
+    warm, kernels = course.uses_compiler_stack(*graded), course.kernel_kind(*graded)
     sandboxes = []
     try:
-        sandboxes += [Started.take(course.limits.sandboxed, warm) for _ in range(jobs)]
+        sandboxes += [Started.take(course.limits.sandboxed, warm, kernels) for _ in range(jobs)]
         if jobs == 1:
             meanwhile()
             _grade_tasks(course, layout, pending, lambda event, task: event is Event.GRADED and on_done(task),

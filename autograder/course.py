@@ -154,6 +154,11 @@ class Course:
     def release_notebook(self, assignment, notebook):
         return self.root / "exercises" / assignment.id / notebook.filename
 
+    def kernel_kind(self, *assignments):
+        """The kind of kernels (course.yml's `kernels`, e.g. "triton") the assignments' answers write, or
+        "" where none does: what a worker that grades them prepares at its start."""
+        return next((assignment.kernels for assignment in assignments if assignment.kernels), "")
+
     def uses_compiler_stack(self, *assignments):
         """Whether grading any of the assignments runs what imports torch's compiler stack in the
         student's process (about a second, which the warm worker then pays once): hidden tests that

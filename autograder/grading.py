@@ -130,7 +130,7 @@ def open_grader(course, body, assignments=None, started=None):
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
     variants = Variants.of(course)
     variants.require_keys(chosen)   # no secret, no grading of a notebook with variants: said before any work
-    with Worker(course.limits, warm=course.uses_compiler_stack(*chosen)) as worker:
+    with Worker(course.limits, warm=course.uses_compiler_stack(*chosen), kernels=course.kernel_kind(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
         return with_suites(exercises, lambda suites: body(Grader(course, worker, suites, variants)))

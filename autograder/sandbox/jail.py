@@ -19,6 +19,7 @@ Inside, the worker adds seccomp filters and per-submission resource limits (conf
 """
 
 import glob
+import json
 import os
 import select
 import shlex
@@ -241,10 +242,12 @@ class Started:
     taken = []   # the pids of the spares this process took
     warmed = None  # whether this process's grading wanted its workers warm (take's warm), once it took one
 
-    def __init__(self, sandboxed, warm=False):
-        """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler),
-        while the grader is still busy with its own start."""
-        self.sandboxed, self.warm = sandboxed, warm
+    def __init__(self, sandboxed, warm=False, kernels=""):
+        """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler);
+        kernels: it prepares what the kernels of that kind need (course.yml's `kernels`: Triton, its
+        interpreter and compiler, worker.prepare_kernels); both while the grader is still busy with
+        its own start, instead of at the first child's fork."""
+        self.sandboxed, self.warm, self.kernels = sandboxed, warm, kernels
         if sandboxed:
             probe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -256,25 +259,29 @@ class Started:
                                         env={**ENVIRONMENT, **kernel_environment()})
         theirs.close()
         self.control = ours
-        if warm:
-            self.control.send(b'{"op": "warm"}')  # read once the worker is ready; it sends no answer
+        self._warm(warm, kernels)
         self.starter = os.getpid()
         self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
 
+    def _warm(self, compiler, kernels):
+        """Tell the worker what to prepare (read once it is ready; it sends no answer)."""
+        if compiler or kernels:
+            self.control.send(json.dumps({"op": "warm", "compiler": bool(compiler), "kernels": kernels}).encode())
+
     @classmethod
-    def take(cls, sandboxed, warm=False):
-        """A spare that is still alive and sandboxed alike (told to warm up if it was not), or a new one."""
+    def take(cls, sandboxed, warm=False, kernels=""):
+        """A spare that is still alive and sandboxed alike (told to warm up as asked if it was not), or a
+        new one."""
         cls.warmed = bool(cls.warmed) or warm
         while cls.spares:
             spare = cls.spares.pop()
             if spare.sandboxed == sandboxed and spare.control is not None and not spare.exited():
-                if warm and not spare.warm:
-                    spare.control.send(b'{"op": "warm"}')
-                    spare.warm = True
+                spare._warm(warm and not spare.warm, kernels if kernels != spare.kernels else "")
+                spare.warm, spare.kernels = spare.warm or warm, spare.kernels or kernels
                 cls.taken.append(spare.process.pid)
                 return spare
             cls.taken.append(spare.process.pid)  # not used, yet not to be offered again
-        return cls(sandboxed, warm)
+        return cls(sandboxed, warm, kernels)
 
     def ready(self):
         """Whether the worker has said it is ready (its torch imported), without reading the message."""

@@ -75,9 +75,10 @@ class CellReport:
 class Worker:
     """The warm worker: started once in the sandbox, forks one child per submission."""
 
-    def __init__(self, limits, warm=False):
+    def __init__(self, limits, warm=False, kernels=""):
         self.limits = limits
         self.warm = warm               # its children use torch's compiler stack (jail.Started)
+        self.kernels = kernels         # ... and kernels of this kind (course.yml's `kernels`), prepared at its start
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.ready = False
         self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the OS lets us
@@ -125,7 +126,7 @@ class Worker:
         """Start the worker (it imports torch while the caller goes on; the first order waits for
         it), or take over one already started (jail.Started); raise jail.SandboxUnavailable when
         the sandbox cannot be built here."""
-        self.sandbox = started or jail.Started.take(self.limits.sandboxed, self.warm)
+        self.sandbox = started or jail.Started.take(self.limits.sandboxed, self.warm, self.kernels)
         self.ready = False
 
     def _wait_ready(self):

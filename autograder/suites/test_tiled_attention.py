@@ -203,6 +203,12 @@ def test_large_scores_stay_finite(student):
                    hint="Subtract the running maximum before exp.")
 
 
+def prepare():
+    """The grader's answers on the memory inputs, once before the grading processes fork (plugin.py)."""
+    memory_reference(12)
+    memory_reference(12, causal=True)
+
+
 @functools.lru_cache(maxsize=None)
 def memory_input_mistakes(index, causal=False):
     """The named mistakes' out (index 0) or lse (1) on the memory input: the same for every submission,

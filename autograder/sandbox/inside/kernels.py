@@ -67,6 +67,8 @@ def prepare():
     import triton.language  # noqa: F401
     if INTERPRETED:
         _begin, _end, _intact = _install()
+        import gpu_compiler
+        gpu_compiler.warm()
 
 
 def open_device(memory_mb):

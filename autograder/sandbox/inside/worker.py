@@ -21,6 +21,7 @@ import functools
 import gc
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -65,6 +66,9 @@ def warm_up():
     scores = (layer(x) @ x.transpose(-2, -1)).masked_fill(torch.ones(3, 3).tril() == 0, float("-inf"))
     loss = F.cross_entropy(torch.softmax(scores, -1).reshape(-1, 3), torch.zeros(6, dtype=torch.long))
     torch.autograd.grad(loss, [x], retain_graph=True)
+    # Given output gradients (what a gradient request hands the child: handlers.backward), autograd's
+    # first call imports torch's symbolic shapes and SymPy: half a second in every child otherwise.
+    torch.autograd.grad(scores.exp(), [x], torch.ones(2, 3, 3, dtype=torch.float64), retain_graph=True)
     loss.backward()
     torch.nn.MultiheadAttention(4, 2, batch_first=True)(x.float(), x.float(), x.float())
     with GUARD:
@@ -171,8 +175,9 @@ def warm_compiler():
             layer(torch.ones(1, 4))
 
 
+@functools.lru_cache(maxsize=None)
 def prepare_kernels(kind):
-    """Import what an assignment's kernels need before its first child is forked (kernels.py);
+    """Import what an assignment's kernels need before its first child is forked (kernels.py), once;
     a line for the instructor when that cannot be done here, else ""."""
     if not kind:
         return ""
@@ -201,10 +206,28 @@ def fresh_child(control, pipes, memory_mb):
                               *(str(fd) for fd in pipes), str(memory_mb)])
 
 
+def warm(order):
+    """A "warm" order: torch's compiler stack, the kernels of a kind; a problem with the kernels is said at
+    the first fork that needs them (prepare_kernels keeps it)."""
+    if order.get("op") != "warm":
+        return
+    if order.get("compiler"):
+        warm_compiler()
+    prepare_kernels(order.get("kernels"))
+
+
 def zygote(control):
     """Fork children on request; the grader talks to each child on its own pipes.  The scratch
     space is emptied once the last child of a submission has ended (a submission's measured calls
     run in a second child beside its first)."""
+    # What the grader asks to have prepared as it starts the worker (jail.Started) is queued before anything
+    # else it sends (it waits for "ready" before its first order): prepared first, so that a ready worker
+    # is a prepared one, as the grading service's spares are between two runs.
+    while select.select([control], [], [], 0)[0]:
+        data = control.recv(4096)
+        if not data:
+            return
+        warm(json.loads(data))
     control.send(b'{"ready": true}')
     alive = set()
     while True:
@@ -215,8 +238,8 @@ def zygote(control):
         if not data:
             return
         order = json.loads(data)
-        if order["op"] == "warm":      # sent at the start, answered by nothing: the grader goes on
-            warm_compiler()
+        if order["op"] == "warm":      # to a spare taken by a run, answered by nothing: the grader goes on
+            warm(order)
         elif order["op"] == "fork":
             if order.get("warm"):
                 warm_compiler()
