@@ -64,10 +64,13 @@ def mistaken(q, k, v, causal, block_q, block_k, mistake):
     return tiled_attention(q, k, v, causal, block_q, block_k, mistake)
 
 
+def mistake_keys(causal):
+    return ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
+                                                           if causal else [])
+
+
 def named_mistakes(q, k, v, causal, block_q, block_k, index):
-    keys = ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
-                                                            if causal else [])
-    return named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in keys})
+    return named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in mistake_keys(causal)})
 
 
 def inputs(sq, sk, seed, d=D_K, d_v=D_V, dtype=torch.float64, scale=1.0):
@@ -205,17 +208,22 @@ def test_large_scores_stay_finite(student):
 
 def prepare():
     """The grader's answers on the memory inputs, once before the grading processes fork (plugin.py)."""
-    memory_reference(12)
-    memory_reference(12, causal=True)
+    for causal in (False, True):
+        memory_reference(12, causal)
 
 
 @functools.lru_cache(maxsize=None)
-def memory_input_mistakes(index, causal=False):
-    """The named mistakes' out (index 0) or lse (1) on the memory input: the same for every submission,
-    so worked out once per grading process, and only when an answer is wrong there."""
+def memory_input_mistakes(causal=False):
+    """The named mistakes' (out, lse) on the memory input, tiled as the call is: the same for every
+    submission, so worked out once per grading process, and only when an answer is wrong there."""
     q, k, v, *_ = memory_reference(12, causal)
     block = DEFAULT_BLOCK if causal else MEMORY_BLOCK
-    return named_mistakes(q, k, v, causal, block, block, index)
+    return {key: mistaken(q, k, v, causal, block, block, key) for key in mistake_keys(causal)}
+
+
+def memory_mistakes_of(causal):
+    """mistakes_of(index) for check_measured_values: the named mistakes' out (index 0) or lse (1)."""
+    return lambda index: named(CAUSES, **{key: found[index] for key, found in memory_input_mistakes(causal).items()})
 
 
 def test_memory_stays_below_one_score_matrix(student):
@@ -224,7 +232,7 @@ def test_memory_stays_below_one_score_matrix(student):
     block = MEMORY_BLOCK
     out, lse, reply = flash(student, q, k, v, False, block, block, measure_memory=True)
     check_measured_values((out, lse), want, f"flash_attention on the {MEMORY_N}-token memory input", ("out", "lse"),
-                            memory_input_mistakes)
+                            memory_mistakes_of(causal=False))
     check_memory(reply, "flash_attention", (q, k, v, out, lse), "score matrix", CAUSES["whole_matrix"])
 
 
@@ -235,6 +243,6 @@ def test_causal_memory_stays_below_one_score_matrix(student):
     q, k, v, *want = memory_reference(12, causal=True)
     out, lse, reply = flash(student, q, k, v, True, None, measure_memory=True)
     check_measured_values((out, lse), want, f"flash_attention(causal=True) on the {MEMORY_N}-token memory input",
-                            ("out", "lse"), functools.partial(memory_input_mistakes, causal=True))
+                            ("out", "lse"), memory_mistakes_of(causal=True))
     check_memory(reply, "flash_attention(causal=True)", (q, k, v, out, lse), "score matrix", CAUSES["causal_whole"],
                    blocks=f"the default blocks of {DEFAULT_BLOCK}")

@@ -30,7 +30,6 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 TARGET = GPUTarget("cuda", 90, 32)   # an H100's compute capability and warp size
-STAGES = ("ttir",)                   # Triton's front end (its GPU layout, ttgir, would triple the cost)
 BACKEND = make_backend(TARGET)
 _CHECKED = {}                        # specialization -> the NotTriton message, or "" when it compiled
 _TWINS = {}
@@ -140,16 +139,14 @@ def _as_compiled():
 
 
 def _compile(source, options):
+    """Triton's front end: the body turned into Triton's IR, which it then verifies (where a body that is
+    not Triton's language is refused).  The IR's optimisation passes and the GPU's layout that follow
+    in a real compilation refuse nothing more and would double the cost."""
     context = ir.context()
     ir.load_dialects(context)
     BACKEND.load_dialects(context)
-    stages = {}
-    BACKEND.add_stages(stages, options, source.language)
-    module = source.make_ir(TARGET, options, BACKEND.get_codegen_implementation(options),
-                            {**BACKEND.get_module_map(), **_language()}, context)
-    metadata = {"target": TARGET, **options.__dict__}
-    for stage in STAGES:
-        module = stages[stage](module, metadata)
+    source.make_ir(TARGET, options, BACKEND.get_codegen_implementation(options),
+                   {**BACKEND.get_module_map(), **_language()}, context)
 
 
 def _describe(jit, error):
