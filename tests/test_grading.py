@@ -366,3 +366,35 @@ def test_an_authors_check_is_refused_where_it_would_write_part_grades(case, mess
     assert process.returncode == 2
     assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() and not (tmp_path / "g.db").exists()
+
+
+PRIMED_FORK = """
+import os, signal, torch
+from autograder import classroom
+from autograder.suites.helpers import tiled
+from tests.notebooks import COURSE
+classroom.prime(COURSE, ["flash_attention"])
+made = [tiled.memory_reference.cache_info().currsize, tiled.memory_gradients.cache_info().currsize]
+pid = os.fork()
+if pid == 0:
+    signal.alarm(100)   # a child that hangs is stopped before the test's own timeout
+    torch.softmax(torch.randn(2048, 2048), dim=-1)
+    os._exit(0 if tiled.memory_reference.cache_info().currsize == 2 else 3)
+print(made, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_grading_process_forked_after_the_run_is_primed_finds_its_suites_prepared_and_computes():
+    """classroom.prime works out what the suites prepare (the flash suites' answers on the 4096-token
+    inputs, their prepare()) once, in the process that forks the grading processes, and holds torch to
+    one thread there: a forked process finds the answers made and its own tensor maths runs (OpenMP's
+    threads do not survive a fork: a process that finds their team waits on it forever)."""
+    import subprocess
+    import sys
+
+    from tests.notebooks import ROOT
+    process = subprocess.run([sys.executable, "-c", PRIMED_FORK], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.split() == ["[2,", "1]", "0"]
+

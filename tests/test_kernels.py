@@ -126,6 +126,38 @@ def test_a_child_of_an_assignment_without_kernels_counts_torch_alone(worker, stu
     assert not work.kernels and (work.launches, work.kernel_flops, work.output_stored) == (0, 0, None)
 
 
+PREPARED = """
+import sys
+def prepared():
+    from triton.runtime import interpreter
+    compiler = sys.modules.get("gpu_compiler")
+    return [interpreter.InterpretedFunction.run.__module__, len(compiler._CHECKED) if compiler else None]
+"""
+
+
+@pytest.mark.parametrize("kernels", ["triton", ""])
+def test_a_worker_started_for_kernels_is_ready_with_them_prepared(kernels):
+    """Started for a kernel assignment (as grade-class and the grading service start them), the worker
+    prepares the kernels before it says it is ready: Triton loaded, the interpreter's wrappers in place and
+    the GPU compiler's first check done (its own kernel's); a child forked without asking for kernels finds
+    them so.  Started without, it loads none of Triton's compiled library and its children find the
+    interpreter as Triton made it."""
+    import select
+
+    import psutil
+
+    with Worker(LIMITS, kernels=kernels) as worker:
+        worker.start()
+        assert select.select([worker.control], [], [], 120)[0], "the worker never said it was ready"
+        sandbox = psutil.Process(worker.process.pid)
+        python = [p for p in [sandbox, *sandbox.children(recursive=True)] if "worker.py" in " ".join(p.cmdline())]
+        maps = "".join(open(f"/proc/{p.pid}/maps").read() for p in python)
+        assert ("libtriton" in maps) == bool(kernels)
+        with StudentProcess(worker, [Cell("probe", PREPARED)], LIMITS) as process:
+            found = Student(process).call("prepared")["output"]
+    assert found == (["kernels", 1] if kernels else ["triton.runtime.interpreter", None])
+
+
 def test_products_count_only_when_their_results_reach_a_store(student):
     x = torch.randn(16, 16)
     kept = student.call("squared", x, True, count=True)

@@ -32,7 +32,7 @@ from autograder.sandbox.inside import protocol
 
 START_TIMEOUT = 120  # seconds for the warm worker to import torch (a cold disk is slow)
 CONTROL_TIMEOUT = 30
-KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment imports Triton in the warm worker first
+KERNELS_TIMEOUT = 120  # the first fork of a kernel assignment may import Triton in the warm worker first
 log = logging.getLogger(__name__)
 START_SECONDS = 60  # a child on the CUDA device starts afresh (worker.fresh_child): imports, CUDA, Triton
 READY_SECONDS = 10  # a child forked from the warm worker answers at once
