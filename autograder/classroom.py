@@ -244,12 +244,13 @@ def prime(course, assignments):
     what the suites prepare (SuiteSession.prepare) once, here, so that every grading process forked
     from this one starts with them (this process never runs student code)."""
     import torch
+
     from autograder.grading import open_grader  # noqa: F401  (torch, pytest, nbformat)
     from autograder.harness.plugin import with_suites
+    from autograder.reference import reference_namespace
     # One thread for the tensor maths done here, as in the grading processes (open_grader): OpenMP's
     # threads do not survive a fork, and a forked process that finds their team waits on it forever.
     torch.set_num_threads(1)
-    from autograder.reference import reference_namespace
     for assignment_id in assignments:
         assignment = course.assignment(assignment_id)
         for notebook in assignment.notebooks:

@@ -169,8 +169,8 @@ class Service:
         # if any assignment does; after a run, as that run did (the next is most often the same
         # assignment again; one that needs it and finds a cold spare warms it as it takes it).
         self.warm = course.uses_compiler_stack(*course.assignments)
-        # Spares prepare the course's kernels (Triton: 1 to 2 s of a core) at their start: a run of a kernel
-        # assignment would otherwise pay it at its first fork, in every grading process.
+        # Spares prepare the course's kernels (Triton: a few tenths of a second in a worker that has torch) at
+        # their start: a run of a kernel assignment would otherwise pay it at its first fork, in every grading process.
         self.kernels = course.kernel_kind(*course.assignments)
         self.runs = {}          # pid of a child running a command -> (its pipe, the spares it was offered)
         self.restart = False

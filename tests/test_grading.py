@@ -397,4 +397,3 @@ def test_a_grading_process_forked_after_the_run_is_primed_finds_its_suites_prepa
                              timeout=120)
     assert process.returncode == 0, process.stderr
     assert process.stdout.split() == ["[2,", "1]", "0"]
-

@@ -12,7 +12,7 @@ import torch
 
 from autograder.harness import checks, substance
 from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
-                                              crash_hint, named, qkv, tril)
+                                              crash_hint, named, pick, qkv, tril)
 from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, check_measured_values, check_memory,
                                              check_work, logsumexp, memory_reference, tiled_attention)
 
@@ -64,13 +64,15 @@ def mistaken(q, k, v, causal, block_q, block_k, mistake):
     return tiled_attention(q, k, v, causal, block_q, block_k, mistake)
 
 
-def mistake_keys(causal):
-    return ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
-                                                           if causal else [])
+def mistakes(q, k, v, causal, block_q, block_k):
+    """The named mistakes' (out, lse), by their causes."""
+    keys = ["no_rescale", "lse_last_tile", "lse_no_max"] + (["skip_from_first_query", "no_diagonal_mask"]
+                                                            if causal else [])
+    return named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key) for key in keys})
 
 
 def named_mistakes(q, k, v, causal, block_q, block_k, index):
-    return named(CAUSES, **{key: mistaken(q, k, v, causal, block_q, block_k, key)[index] for key in mistake_keys(causal)})
+    return pick(mistakes(q, k, v, causal, block_q, block_k), index)
 
 
 def inputs(sq, sk, seed, d=D_K, d_v=D_V, dtype=torch.float64, scale=1.0):
@@ -218,12 +220,12 @@ def memory_input_mistakes(causal=False):
     submission, so worked out once per grading process, and only when an answer is wrong there."""
     q, k, v, *_ = memory_reference(12, causal)
     block = DEFAULT_BLOCK if causal else MEMORY_BLOCK
-    return {key: mistaken(q, k, v, causal, block, block, key) for key in mistake_keys(causal)}
+    return mistakes(q, k, v, causal, block, block)
 
 
 def memory_mistakes_of(causal):
     """mistakes_of(index) for check_measured_values: the named mistakes' out (index 0) or lse (1)."""
-    return lambda index: named(CAUSES, **{key: found[index] for key, found in memory_input_mistakes(causal).items()})
+    return lambda index: pick(memory_input_mistakes(causal), index)
 
 
 def test_memory_stays_below_one_score_matrix(student):

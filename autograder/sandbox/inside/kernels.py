@@ -4,7 +4,8 @@ sandbox, in the warm worker, before any submission's code).
 `prepare()` imports Triton once, in the warm worker: as it starts, when the grader starts it for an
 assignment with `kernels: triton` (course.yml), or else the first time such a submission is forked.
 Without a CUDA device Triton runs every @triton.jit kernel in its interpreter (TRITON_INTERPRET=1):
-the same kernel code, one program after another, each tl operation a NumPy operation.  Its caches go to the scratch space.
+the same kernel code, one program after another, each tl operation a NumPy operation.  Its caches go
+to the scratch space.
 
 `prepare()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
 `Tally` (which counter.Work enters for a counted call) reports what its kernels did, counted where

@@ -206,14 +206,13 @@ def fresh_child(control, pipes, memory_mb):
                               *(str(fd) for fd in pipes), str(memory_mb)])
 
 
-def warm(order):
-    """A "warm" order: torch's compiler stack, the kernels of a kind; a problem with the kernels is said at
-    the first fork that needs them (prepare_kernels keeps it)."""
-    if order.get("op") != "warm":
-        return
-    if order.get("compiler"):
+def warm(compiler, kernels):
+    """Prepare what children will need: torch's compiler stack, the kernels of a kind.  Returns the
+    kernels' problem (a line for the instructor) or ""; prepare_kernels keeps it, so a "warm" order,
+    which nobody answers, leaves it to the first fork that needs the kernels."""
+    if compiler:
         warm_compiler()
-    prepare_kernels(order.get("kernels"))
+    return prepare_kernels(kernels)
 
 
 def zygote(control):
@@ -227,7 +226,8 @@ def zygote(control):
         data = control.recv(4096)
         if not data:
             return
-        warm(json.loads(data))
+        order = json.loads(data)
+        warm(order.get("compiler"), order.get("kernels"))
     control.send(b'{"ready": true}')
     alive = set()
     while True:
@@ -239,11 +239,9 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "warm":      # to a spare taken by a run, answered by nothing: the grader goes on
-            warm(order)
+            warm(order.get("compiler"), order.get("kernels"))
         elif order["op"] == "fork":
-            if order.get("warm"):
-                warm_compiler()
-            problem = prepare_kernels(order.get("kernels"))
+            problem = warm(order.get("warm"), order.get("kernels"))
             if problem:
                 for fd in fds:
                     os.close(fd)
