@@ -9,12 +9,29 @@ from pathlib import Path
 
 
 def write_atomic(path, text):
-    """Write a text file whole: to a temporary file beside it, then renamed over it."""
+    """Write a file whole (text, or bytes): to a temporary file beside it, then renamed over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
+    if isinstance(text, bytes):
+        temporary.write_bytes(text)
+    else:
+        temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
+
+
+CACHE_ENV = "COURSE_CACHE"
+
+
+def cache_folder(kind):
+    """The grader's own folder for what it works out once per machine and keeps between runs (`kind`:
+    suites, pictures): $COURSE_CACHE/<kind>, else ~/.cache/attention-course/<kind>.  Made private on
+    first use; nothing of it is bound into the sandbox."""
+    root = Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else \
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-course"
+    folder = root / kind
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def csv_text(header, rows):

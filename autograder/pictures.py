@@ -7,10 +7,15 @@ feedback (feedback.html) and in nbgrader's autograded notebook, so `generate_fee
 """
 
 import base64
+import contextlib
 import functools
+import hashlib
 import io
 import json
 from dataclasses import asdict, dataclass
+from importlib import metadata
+
+from autograder.files import cache_folder, write_atomic
 
 MAX_SIDE = 64  # larger maps are cropped to their top-left corner: the picture is for reading
 
@@ -83,11 +88,28 @@ def png(picture):
 
 
 def png_base64(picture):
-    """The PNG as base64 text.  A process draws each picture once (about 0.4 s of matplotlib): a graded
-    submission's picture goes into its feedback page and into nbgrader's autograded notebook."""
+    """The PNG as base64 text.  Each picture is drawn once (about 0.4 s of matplotlib in a process's
+    first, 0.1 s after) and kept in the grader's cache folder (files.cache_folder) by a hash of what it
+    shows and of matplotlib's version: a graded submission's picture goes into its feedback page,
+    written by the grading process, and into nbgrader's autograded notebook, written by the process
+    that runs the class, and again at every regrade."""
     return _png_base64(json.dumps(picture.to_dict(), sort_keys=True))
 
 
 @functools.lru_cache(maxsize=64)
 def _png_base64(picture_json):
-    return base64.b64encode(png(Picture.from_dict(json.loads(picture_json)))).decode("ascii")
+    key = hashlib.sha256(f"{metadata.version('matplotlib')}\0{picture_json}".encode()).hexdigest()[:32]
+    try:
+        path = cache_folder("pictures") / f"{key}.png"
+    except OSError:
+        path = None   # no folder to keep it in: drawn in every process
+    try:
+        drawn = path.read_bytes()
+    except (AttributeError, OSError):
+        drawn = None
+    if not drawn:
+        drawn = png(Picture.from_dict(json.loads(picture_json)))
+        if path is not None:
+            with contextlib.suppress(OSError):
+                write_atomic(path, drawn)
+    return base64.b64encode(drawn).decode("ascii")

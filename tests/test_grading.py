@@ -397,3 +397,71 @@ def test_a_grading_process_forked_after_the_run_is_primed_finds_its_suites_prepa
                              timeout=120)
     assert process.returncode == 0, process.stderr
     assert process.stdout.split() == ["[2,", "1]", "0"]
+
+
+def test_a_stored_value_is_worked_out_once_per_machine_and_again_when_the_suites_change(tmp_path, monkeypatch):
+    """suites/helpers/stored.py: the first process saves the value in the grader's cache folder; a later
+    process (a new wrapper here) reads it back without working it out; a file that cannot be read, and
+    suites whose code changed, have it worked out again (the older file goes); a folder that cannot be
+    written still gives the value."""
+    import torch
+
+    from autograder.suites.helpers import stored
+
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def answer(seed, causal=False):
+        calls.append((seed, causal))
+        return torch.full((3,), float(seed)), {"causal": torch.tensor(causal)}
+
+    def value(*args, **kwargs):   # a process of its own: a fresh wrapper, nothing kept in memory
+        return stored.stored(answer)(*args, **kwargs)
+
+    first = value(4, causal=True)
+    assert calls == [(4, True)] and torch.equal(first[0], torch.full((3,), 4.0))
+    files = list((tmp_path / "cache" / "suites").glob("*.pt"))
+    assert len(files) == 1 and files[0].name.startswith("test_grading.") and ".answer-" in files[0].name
+    again = value(4, causal=True)
+    assert calls == [(4, True)], "read back, not worked out again"
+    assert torch.equal(again[0], first[0]) and again[1]["causal"].item() is True
+    value(5)
+    assert calls == [(4, True), (5, False)], "other arguments, another value"
+
+    files[0].write_bytes(b"not a tensor file")
+    assert torch.equal(value(4, causal=True)[0], first[0]) and len(calls) == 3
+
+    monkeypatch.setattr(stored, "version", lambda: "changedsuites000")
+    value(4, causal=True)
+    assert len(calls) == 4
+    assert not files[0].exists(), "the value of the older suites is removed"
+
+    (tmp_path / "blocked").write_text("a file where the folder should be")
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path / "blocked"))
+    assert torch.equal(value(6)[0], torch.full((3,), 6.0)) and len(calls) == 5
+
+
+def test_a_picture_is_drawn_once_and_read_back_by_the_next_process(tmp_path, monkeypatch):
+    """pictures.png_base64: the grading process draws a picture for the feedback page; the process that
+    writes nbgrader's autograded notebook (and every regrade) reads the same PNG back."""
+    import base64
+
+    import torch
+
+    from autograder import pictures
+
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
+    picture = pictures.Picture.of("weights above the diagonal", torch.rand(4, 4).softmax(-1),
+                                  torch.ones(4, 4).tril().bool())
+    drawn = pictures.png_base64(picture)
+    assert base64.b64decode(drawn).startswith(b"\x89PNG") and len(list((tmp_path / "pictures").glob("*.png"))) == 1
+    pictures._png_base64.cache_clear()   # as in another process
+
+    def no_drawing(_):
+        raise AssertionError("drawn again")
+    monkeypatch.setattr(pictures, "png", no_drawing)
+    assert pictures.png_base64(picture) == drawn
+    pictures._png_base64.cache_clear()
+    other = pictures.Picture.of("another", torch.zeros(2, 2), torch.ones(2, 2).bool())
+    with pytest.raises(AssertionError, match="drawn again"):
+        pictures.png_base64(other)

@@ -5,7 +5,6 @@ products' floating-point operations (counted in the student's process); the memo
 outside the student's process (autograder/sandbox/memory.py), on inputs long enough that one [Sq, Sk]
 score matrix stands out."""
 
-import functools
 import math
 
 import torch
@@ -13,6 +12,7 @@ import torch
 from autograder.harness import checks, substance
 from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
                                               crash_hint, named, pick, qkv, tril)
+from autograder.suites.helpers.stored import stored
 from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, check_measured_values, check_memory,
                                              check_work, logsumexp, memory_reference, tiled_attention)
 
@@ -214,10 +214,10 @@ def prepare():
         memory_reference(12, causal)
 
 
-@functools.lru_cache(maxsize=None)
+@stored
 def memory_input_mistakes(causal=False):
     """The named mistakes' (out, lse) on the memory input, tiled as the call is: the same for every
-    submission, so worked out once per grading process, and only when an answer is wrong there."""
+    submission, so worked out once (and stored: stored.py), and only when an answer is wrong there."""
     q, k, v, *_ = memory_reference(12, causal)
     block = DEFAULT_BLOCK if causal else MEMORY_BLOCK
     return mistakes(q, k, v, causal, block, block)

@@ -5,7 +5,6 @@ The gradients are compared with autograd's through the grader's attention; the g
 true out and lse, so a slip in the student's forward costs nothing here.  The memory is read from
 outside the student's process (autograder/sandbox/memory.py), as for the forward."""
 
-import functools
 import math
 
 import torch
@@ -13,6 +12,7 @@ import torch
 from autograder.harness import checks, substance
 from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
                                               crash_hint, named, qkv, randn, tril)
+from autograder.suites.helpers.stored import stored
 from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, check_measured_values, check_memory,
                                              logsumexp, memory_gradients)
 
@@ -165,11 +165,11 @@ def prepare():
     autograd(*qkv(sq=4, sk=4, d_k=2, d_v=2), randn(B, H, 4, 2))
 
 
-@functools.lru_cache(maxsize=None)
+@stored
 def memory_input_gradients():
     """What the named mistakes of the values give on the memory input (not causal, so no_mask is the
-    right answer there): the same for every submission, so worked out once per grading process, and
-    only when an answer is wrong there."""
+    right answer there): the same for every submission, so worked out once (and stored: stored.py),
+    and only when an answer is wrong there."""
     q, k, v, d_out, *_ = memory_gradients(20)
     return {key: autograd(q, k, v, d_out, None, key, MEMORY_BLOCK, MEMORY_BLOCK) for key in ("no_delta", "no_scale")}
 

@@ -1,7 +1,6 @@
 """Tiled attention (the flash_attention assignment): the logsumexp, the long inputs whose memory is
 measured from outside the student's process, and the counted work of a call's products."""
 
-import functools
 import math
 
 import torch
@@ -9,6 +8,7 @@ import torch
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.suites.helpers.common import attention_lse, counted, randn, scores
+from autograder.suites.helpers.stored import stored
 
 
 def tiled_attention(q, k, v, causal=False, block_q=64, block_k=64, mistake=None):
@@ -79,19 +79,19 @@ def memory_inputs(count, seed):
     return [randn(1, 1, MEMORY_N, MEMORY_D, seed=seed + i, dtype=torch.float32) for i in range(count)]
 
 
-@functools.lru_cache(maxsize=None)
+@stored
 def memory_reference(seed, causal=False):
     """(q, k, v, out, lse) of the forward's memory input: the grader's attention in float32 (the
-    inputs' dtype), causal or not, computed once per grading process."""
+    inputs' dtype), causal or not, worked out once and stored (stored.py)."""
     q, k, v = memory_inputs(3, seed)
     return q, k, v, *attention_lse(q, k, v, causal=causal)
 
 
-@functools.lru_cache(maxsize=None)
+@stored
 def memory_gradients(seed):
     """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, in float32 and in closed
     form (dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = dS K / sqrt(d); dK = dS^T Q / sqrt(d)),
-    computed once per grading process."""
+    worked out once and stored (stored.py)."""
     q, k, v, d_out = memory_inputs(4, seed)
     scale = 1 / math.sqrt(MEMORY_D)
     weights = scores(q, k, scale=scale)

@@ -1,0 +1,69 @@
+"""Values the suites work out the same way for every submission (the grader's answers and its named
+mistakes on the long memory inputs), kept on disk between grading processes and runs:
+
+    @stored
+    def memory_reference(seed, causal=False):
+        ...
+
+is functools.cache, and more: the first process to need a value saves it (torch.save) in the grader's
+cache folder (files.cache_folder: ~/.cache/attention-course/suites), under a name made of the function,
+its arguments and a hash of the suites' own code (every file under autograder/suites/) and of torch's
+version, so that a changed suite or another torch never reads an old value.  Every other process,
+this run's or a later one's, reads it back (weights_only: tensors, and tuples, lists and dicts of
+them).  A file that cannot be read is worked out again; where the folder cannot be written the value
+is kept in the process only.
+"""
+
+import functools
+import hashlib
+import io
+from pathlib import Path
+
+import torch
+
+from autograder.files import cache_folder, write_atomic
+
+SUITES = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def version():
+    """What the stored values depend on besides their arguments: the suites' code and torch's version."""
+    digest = hashlib.sha256(torch.__version__.encode())
+    for path in sorted(SUITES.rglob("*.py")):
+        digest.update(str(path.relative_to(SUITES)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def stored(function):
+    """The decorator: see the module's docstring.  Arguments must have a repr that names them (numbers,
+    booleans, strings)."""
+    name = f"{Path(function.__code__.co_filename).stem}.{function.__qualname__}"
+
+    @functools.cache
+    def wrapper(*args, **kwargs):
+        arguments = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()[:12]
+        stem = f"{name}-{arguments}"
+        try:
+            path = cache_folder("suites") / f"{stem}-{version()}.pt"
+            return torch.load(path, weights_only=True)
+        except Exception:  # noqa: BLE001 - not there yet, unreadable, or no folder: worked out again
+            pass
+        value = function(*args, **kwargs)
+        _save(value, stem)
+        return value
+    return functools.update_wrapper(wrapper, function)
+
+
+def _save(value, stem):
+    """Write the value whole (files.write_atomic), and remove the same value of older suites."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    try:
+        path = cache_folder("suites") / f"{stem}-{version()}.pt"
+        write_atomic(path, buffer.getvalue())
+        for old in path.parent.glob(f"{stem}-*.pt"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass  # a folder that cannot be written: the value stays in this process (functools.cache)
