@@ -258,11 +258,22 @@ def prime(course, assignments):
     with_suites([e for a in assignments for e in course.assignment(a).exercises], lambda suites: suites.prepare())
 
 
+def costliest_first(course, tasks):
+    """The tasks in the order the grading processes take them: the submissions of the assignments whose
+    checks cost most first (kernels run in Triton's interpreter, then measured tests, then exercises),
+    so that a run ends on short submissions and its grading processes finish together."""
+    def cost(task):
+        assignment = course.assignment(task.assignment)
+        return (bool(assignment.kernels), sum(len(exercise.measured) for exercise in assignment.exercises),
+                len(assignment.exercises))
+    return sorted(tasks, key=cost, reverse=True)   # stable: in the order given within an assignment
+
+
 def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhile, classmates):
     prime(course, assignments)
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
-    for task in pending:
+    for task in costliest_first(course, pending):
         tasks.put(task)
     graders = [context.Process(target=_grading_process, daemon=True,
                                args=(course, str(layout.out), tasks, events, assignments, sandboxes, index, classmates))

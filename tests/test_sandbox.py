@@ -205,6 +205,30 @@ def in_a_file(where):
             assert student.call("in_a_file", where, measure_memory=True)["peak_memory"].bytes >= (64 + 32) << 20
 
 
+def test_the_next_child_starts_after_the_last_is_gone_and_its_cgroup_is_removed(worker):
+    """The grader does not wait while the worker reaps an ended child (Worker.end): the worker carries out
+    its orders in turn, so the next child is forked once the last is gone and the scratch space emptied;
+    the ended child's cgroups go as the next child is placed."""
+    code = ("import os\n"
+            "def plant():\n"
+            "    open('/tmp/work/planted', 'w').write('x')\n    open('/dev/shm/planted', 'w').write('x')\n"
+            "    return os.getpid()\n"
+            "def look():\n"
+            "    return [os.path.exists('/tmp/work/planted'), os.path.exists('/dev/shm/planted')]\n")
+    with submission(worker, code) as student:
+        assert student.call("look")["output"] == [False, False]
+        student.call("plant")
+        assert student.call("look")["output"] == [True, True]
+        ended = student.process.group
+    if ended is None:
+        pytest.skip(f"no cgroups here: {worker.accounting_problem}")
+    assert ended in worker.retired
+    with submission(worker, code) as student:
+        assert student.call("look")["output"] == [False, False], "the scratch space is emptied first"
+        assert not any(folder.exists() for folder in ended.folders), "the ended child's cgroups are removed"
+        assert ended not in worker.retired
+
+
 def test_a_counted_call_runs_alone_and_its_count_cannot_be_switched_off(worker):
     """During a counted call the child may start no thread (its cgroup's pids.max is 1), a thread
     already running is reported, NumPy is refused, a counter taken off is reported, and work hidden

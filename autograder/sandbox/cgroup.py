@@ -97,6 +97,22 @@ class ChildGroup:
     def allow_tasks(self, count):
         _write(self._file("pids_max"), count)
 
+    def kill_members(self):
+        """Kill whatever runs in the child's cgroups now."""
+        for folder in self.folders:
+            self._kill_members(folder)
+
+    def try_remove(self):
+        """Remove the child's cgroups if nothing is left in them; whether they are gone."""
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return False
+        return True
+
     def remove(self, wait=2.0):
         """Kill whatever still runs in the child's cgroups (a process it started, where it may start
         any: kernels compiled for a GPU), then remove them."""

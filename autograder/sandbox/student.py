@@ -82,6 +82,7 @@ class Worker:
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.ready = False
         self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the OS lets us
+        self.retired = []              # cgroups of ended children, removed once the worker has reaped them
         self.accounting_problem = None  # else why not, in one line
 
     def open_accounting(self):
@@ -96,6 +97,7 @@ class Worker:
     def account(self, host):
         """Put the child (by its host pid) into a cgroup of its own (its memory limit, its threads);
         its ChildGroup, or None without accounting.  A child that cannot be placed is not run."""
+        self.retired = [group for group in self.retired if not group.try_remove()]
         accounting = self.open_accounting()
         if accounting is None or host is None:
             return None
@@ -160,11 +162,14 @@ class Worker:
         if not self.ready:
             self._wait_ready()
         try:
-            socket.send_fds(self.control, [json.dumps(order).encode()], list(fds))
+            self._tell(order, fds)
             return self._reply(timeout or CONTROL_TIMEOUT)
         except (OSError, WorkerError):
             self.close()  # a worker that stopped answering is replaced on the next order
             raise WorkerError("the warm worker stopped answering") from None
+
+    def _tell(self, order, fds=()):
+        socket.send_fds(self.control, [json.dumps(order).encode()], list(fds))
 
     def fork(self, memory_mb, kernels="", warm=False):
         """A fresh child for one submission; returns (pid, request fd, reply fd).  kernels: what the
@@ -198,17 +203,29 @@ class Worker:
         """The host's pid of the child the worker calls `pid` (for reading its memory)."""
         return memory.host_pid(self.process.pid, pid) if self.process is not None else None
 
-    def end(self, pid):
-        """Kill a child (if it still runs) and empty the scratch space for the next one."""
+    def end(self, pid, group=None, wait=False):
+        """Kill a child (if it still runs) and empty the scratch space for the next one; `group`, its
+        cgroup, goes once the worker has reaped it.  The worker carries out its orders in turn, so the
+        next child is forked after this one is gone and the scratch space emptied: the grader waits for
+        that only with `wait` (a child on the GPU, whose memory there is waited for next)."""
+        if group is not None:
+            group.kill_members()   # what the child started, wherever it runs
+            self.retired.append(group)
         try:
-            self._order({"op": "end", "pid": pid})
-        except WorkerError:
+            if wait:
+                self._order({"op": "end", "pid": pid})
+            elif self.process is not None and not self.sandbox.exited():
+                self._tell({"op": "end", "pid": pid, "quiet": True})   # answered by nothing
+        except (OSError, WorkerError):
             pass  # the worker is replaced, and its children die with it
 
     def close(self):
         if self.sandbox is not None:
             self.sandbox.stop()
             self.sandbox = None
+        for group in self.retired:
+            group.remove()
+        self.retired = []
         if self.accounting is not None:
             self.accounting.close()  # after the worker, whose children leave their cgroups as they die
             self.accounting = None
@@ -342,9 +359,7 @@ class StudentProcess:
             return
         for fd in (self.requests, self.replies):
             os.close(fd)
-        self.worker.end(self.pid)
-        if self.group is not None:
-            self.group.remove()
+        self.worker.end(self.pid, self.group, wait=self.on_gpu)
         if self.on_gpu and self.host_pid is not None:
             held = memory.wait_gpu_released(self.host_pid)
             if held:

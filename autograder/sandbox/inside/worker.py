@@ -4,7 +4,8 @@ This file runs inside the sandbox (see autograder/sandbox/jail.py for how it is 
 warm worker loads the sandbox-wide seccomp filter, imports torch, NumPy and matplotlib once, and
 then waits on its control socket.  It never runs student code and never sees a hidden suite or a
 reference solution: the grader sends it only "fork" (with the two pipe ends a new child will talk
-on) and "end" (kill that child, empty the scratch space).  Each child confines itself (resource
+on) and "end" (kill that child, empty the scratch space; "quiet": the grader does not wait for the
+answer, and the next order is carried out after it).  Each child confines itself (resource
 limits, a private scratch directory, a stricter seccomp filter, see confine.py) and only then runs
 the submission's cells and answers the grader's requests.
 
@@ -269,7 +270,8 @@ def zygote(control):
             alive.discard(pid)
             if not alive:
                 wipe_scratch()
-            control.send(b'{"ended": true}')
+            if not order.get("quiet"):
+                control.send(b'{"ended": true}')
 
 
 if __name__ == "__main__":
