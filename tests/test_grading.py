@@ -465,3 +465,20 @@ def test_a_picture_is_drawn_once_and_read_back_by_the_next_process(tmp_path, mon
     other = pictures.Picture.of("another", torch.zeros(2, 2), torch.ones(2, 2).bool())
     with pytest.raises(AssertionError, match="drawn again"):
         pictures.png_base64(other)
+
+
+def test_a_class_run_takes_the_costliest_submissions_first():
+    """classroom.costliest_first: the assignments with kernels, then those with measured tests, then the
+    rest (course.yml says which), each assignment's submissions in the order given, so that a run ends
+    on short submissions and its grading processes finish together."""
+    from autograder.classroom import Task, costliest_first
+
+    tasks = [Task(f"s{index}", assignment.id, "") for index in range(2) for assignment in COURSE.assignments]
+    ordered = costliest_first(COURSE, tasks)
+    assert sorted(ordered, key=lambda task: task.key) == sorted(tasks, key=lambda task: task.key)
+    kinds = [(bool(COURSE.assignment(task.assignment).kernels),
+              any(exercise.measured for exercise in COURSE.assignment(task.assignment).exercises)) for task in ordered]
+    assert kinds == sorted(kinds, reverse=True) and kinds[0] == (True, True) and kinds[-1] == (False, False)
+    for assignment in COURSE.assignments:
+        mine = [task.student for task in ordered if task.assignment == assignment.id]
+        assert mine == ["s0", "s1"]
