@@ -292,6 +292,8 @@ def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_wi
         worker.start(started)
         with StudentProcess(worker, [Cell("f", "def f():\n    return 42\n")], LIMITS) as process:
             answers.put((Student(process).call("f")["output"], worker.sandbox.exited()))
+        answers.close()
+        answers.join_thread()   # the answer is in the pipe (the queue's feeder thread has written it)
         os.kill(os.getpid(), signal.SIGKILL)   # dies without closing anything
 
     process = multiprocessing.get_context("fork").Process(target=grading_process)
