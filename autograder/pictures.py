@@ -101,12 +101,9 @@ def _png_base64(picture_json):
     key = hashlib.sha256(f"{metadata.version('matplotlib')}\0{picture_json}".encode()).hexdigest()[:32]
     try:
         path = cache_folder("pictures") / f"{key}.png"
+        drawn = path.read_bytes() if path.exists() else None
     except OSError:
-        path = None   # no folder to keep it in: drawn in every process
-    try:
-        drawn = path.read_bytes()
-    except (AttributeError, OSError):
-        drawn = None
+        path, drawn = None, None   # no folder to keep it in, or a file that cannot be read: drawn here
     if not drawn:
         drawn = png(Picture.from_dict(json.loads(picture_json)))
         if path is not None:
