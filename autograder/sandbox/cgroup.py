@@ -100,7 +100,8 @@ class ChildGroup:
     def kill_members(self):
         """Kill whatever runs in the child's cgroups now."""
         for folder in self.folders:
-            self._kill_members(folder)
+            if folder.exists():
+                self._kill_members(folder)
 
     def try_remove(self):
         """Remove the child's cgroups if nothing is left in them; whether they are gone."""
@@ -117,15 +118,10 @@ class ChildGroup:
         """Kill whatever still runs in the child's cgroups (a process it started, where it may start
         any: kernels compiled for a GPU), then remove them."""
         deadline = time.monotonic() + wait
-        for folder in self.folders:
-            while folder.exists():
-                self._kill_members(folder)
-                try:
-                    folder.rmdir()
-                except OSError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.02)
+        self.kill_members()
+        while not self.try_remove() and time.monotonic() <= deadline:
+            time.sleep(0.02)
+            self.kill_members()
 
     @staticmethod
     def _kill_members(folder):

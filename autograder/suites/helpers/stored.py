@@ -46,21 +46,23 @@ def stored(function):
         stem = f"{name}-{arguments}"
         try:
             path = cache_folder("suites") / f"{stem}-{version()}.pt"
+        except OSError:   # no folder to keep it in: the value stays in this process (functools.cache)
+            return function(*args, **kwargs)
+        try:
             return torch.load(path, weights_only=True)
-        except Exception:  # noqa: BLE001 - not there yet, unreadable, or no folder: worked out again
+        except Exception:  # noqa: BLE001 - not there yet, or unreadable: worked out again
             pass
         value = function(*args, **kwargs)
-        _save(value, stem)
+        _save(value, path, stem)
         return value
     return functools.update_wrapper(wrapper, function)
 
 
-def _save(value, stem):
-    """Write the value whole (files.write_atomic), and remove the same value of older suites."""
+def _save(value, path, stem):
+    """Write the value whole (files.write_atomic), and remove the same value (`stem`) of older suites."""
     buffer = io.BytesIO()
     torch.save(value, buffer)
     try:
-        path = cache_folder("suites") / f"{stem}-{version()}.pt"
         write_atomic(path, buffer.getvalue())
         for old in path.parent.glob(f"{stem}-*.pt"):
             if old != path:
