@@ -2,6 +2,7 @@
 leave behind for the next one graded by the same warm worker (nothing)."""
 
 import contextlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,6 +204,29 @@ def in_a_file(where):
         assert student.call("given_back", measure_memory=True)["peak_memory"].bytes >= 128 << 20
         for where in ("/tmp/work/scores.bin", "/dev/shm/scores"):
             assert student.call("in_a_file", where, measure_memory=True)["peak_memory"].bytes >= (64 + 32) << 20
+
+
+def test_the_worker_heap_is_in_huge_pages_and_a_child_allocates_in_small_ones(worker):
+    """Where the machine gives transparent huge pages on request, the worker's heap takes them (a fork
+    copies a 2 MiB page's one entry, not 512); a child takes none for its own allocations, so what its
+    measured calls are charged is counted in 4 KiB pages on every machine."""
+    code = ("def huge():\n"
+            "    rollup = open('/proc/self/smaps_rollup').read().splitlines()\n"
+            "    return [int(line.split()[1]) for line in rollup if line.startswith('AnonHugePages')][0]\n"
+            "def disabled():\n"
+            "    status = open('/proc/self/status').read().splitlines()\n"
+            "    return [line.split()[1] for line in status if line.startswith('THP_enabled')]\n"
+            "def allocate():\n"
+            "    global HELD\n    HELD = torch.ones(64 << 18)\n    return 0.0\n")
+    settings = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    offered = settings.exists() and "[never]" not in settings.read_text()
+    with submission(worker, code) as student:
+        assert student.call("disabled")["output"] in (["0"], [])   # [] : a kernel that does not say
+        inherited = student.call("huge")["output"]
+        student.call("allocate")
+        assert student.call("huge")["output"] <= inherited, "64 MiB allocated in the child took huge pages"
+    if offered:
+        assert inherited >= 16 << 10, f"the worker's heap has {inherited} KiB in huge pages ({settings.read_text().strip()})"
 
 
 def test_the_next_child_starts_after_the_last_is_gone_and_its_cgroup_is_removed(worker):

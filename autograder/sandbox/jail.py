@@ -34,8 +34,15 @@ from pathlib import Path
 from autograder.sandbox import INSIDE_DIR
 
 NOBODY = 65534
+# The worker's heap in transparent huge pages, where the machine gives them on request (its
+# /sys/kernel/mm/transparent_hugepage/enabled says "madvise"; glibc reads it, bound read-only in the
+# sandbox): a fork copies one page-table entry for 2 MiB of the worker's 250 MB instead of 512, so a
+# child of it is forked and reaped in about half the time.  A child takes none for its own allocations
+# (worker.child): the memory its measured calls are charged for is counted in 4 KiB pages, as before.
+WORKER_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+HUGE_PAGE_SETTINGS = "/sys/kernel/mm/transparent_hugepage"
 ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
-               "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
+               "OMP_NUM_THREADS": "1", "HOME": "/tmp", **WORKER_MALLOC}
 
 
 def kernel_device(environment=None):
@@ -113,6 +120,8 @@ def _system_binds():
     for name in ETC_FILES:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    if os.path.isdir(HUGE_PAGE_SETTINGS):
+        args += ["--ro-bind", HUGE_PAGE_SETTINGS, HUGE_PAGE_SETTINGS]
     return args
 
 
@@ -150,7 +159,7 @@ def bwrap_args(binds, control_fd):
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
             "--setenv", "USER", "student", "--setenv", "MPLBACKEND", "Agg",
             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "PYTHONHASHSEED", "0"]
-    for name, value in kernel_environment().items():
+    for name, value in {**WORKER_MALLOC, **kernel_environment()}.items():
         args += ["--setenv", name, value]
     for source, target in binds.items():
         args += ["--ro-bind", source, target]

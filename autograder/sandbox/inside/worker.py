@@ -91,6 +91,7 @@ del sys.modules["triton"]
 import handlers  # noqa: E402  (after the filter, the imports and the warm-up)
 
 SCRATCH_ROOTS = ("/tmp", "/dev/shm")
+PR_SET_THP_DISABLE = 41
 # Kernels compiled for the CUDA device (jail.kernel_environment), not run in Triton's interpreter.
 ON_GPU = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
 
@@ -101,6 +102,9 @@ def child(control, pipes, memory_mb, on_gpu, kernels=False):
     are Triton kernels, whose work its counted calls count too."""
     if control is not None:
         control.close()
+    # No transparent huge pages for what the child allocates (the worker's heap has them, jail.WORKER_MALLOC):
+    # its memory is charged 4 KiB at a time, the same on every machine.
+    ctypes.CDLL(None).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)
     try:
         confine.confine_submission(memory_mb, "/tmp/work", compiles=on_gpu)
         unavailable = ""
