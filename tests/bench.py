@@ -9,13 +9,15 @@ its load average printed beside it:
                 each): handed to the course's grading service (`make serve`, started for the bench
                 unless one runs; each run waits until its sandboxes are started, as they are days
                 apart), and again each graded on its own (--no-service: torch, the suites and the
-                sandboxes started for each run); then the whole class in one run, on its own;
+                sandboxes started for each run); then the whole class in one run, handed to the
+                service, and again on its own;
   nbgrader      `nbgrader autograde` of every assignment (in nbgrader's own course folder).
 
 It prints the medians over the rounds: seconds per notebook of each assignment graded on its own and
 their ratio, the whole class's (nbgrader's is the sum of its assignments), the peak memory (resident set
 of the whole process tree) of each, and the floor: the time the hidden checks themselves took
-(recorded per notebook by the grader), spread over the cores, with the grader's wall time over it.
+(recorded per notebook by the grader), spread over the cores, with the grader's wall time over it, for
+the whole class served (what grading costs beside its checks) and on its own (the run's start too).
 Then the spread of the measured memory of honest answers: the memory tests of the reference and of a
 correct alternative written with einsum, run --spread times each in fresh children while another process
 keeps a core busy.  The figures also go to bench-results.json (or --json).  Last, the sample class
@@ -178,6 +180,9 @@ def round_ours(work, index, assignments, jobs, log):
     for assignment in assignments:
         seconds, _ = ours(work, work / f"cold-{index}-{assignment}", jobs, log, assignment)
         figures["cold"][assignment] = round(seconds, 2)
+    out = work / f"served-{index}"
+    figures["class_served"], _ = ours(work, out, jobs, log, served=True)
+    figures["floor_served"] = floor_seconds(out) / jobs
     out = work / f"ours-{index}"
     figures["class"], figures["peak"] = ours(work, out, jobs, log)
     figures["floor"] = floor_seconds(out) / jobs
@@ -217,7 +222,9 @@ def summary(rounds_ours, rounds_theirs, assignments, students, jobs):
                                "cold_s_per_notebook": round(cold / students, 3), "cold_ratio": round(their / cold, 1)})
     notebooks = students * len(assignments)
     mine, their = median([r["class"] for r in rounds_ours]), median([r["class"] for r in rounds_theirs])
+    served = median([r["class_served"] for r in rounds_ours])
     floor = median([r["floor"] for r in rounds_ours])
+    floor_served = median([r["floor_served"] for r in rounds_ours])
     return {
         "students": students, "notebooks": notebooks, "jobs": jobs, "sandbox": COURSE.limits.sandbox,
         "rounds": [{"ours": a, "nbgrader": b} for a, b in zip(rounds_ours, rounds_theirs)],
@@ -225,8 +232,12 @@ def summary(rounds_ours, rounds_theirs, assignments, students, jobs):
         "nbgrader_seconds_per_notebook": round(their / notebooks, 4),
         "ours_seconds_per_notebook": round(mine / notebooks, 4),
         "ratio": round(their / mine, 1),
+        "served_seconds_per_notebook": round(served / notebooks, 4),
+        "served_ratio": round(their / served, 1),
         "floor_seconds_per_notebook": round(floor / notebooks, 4),
         "overhead_over_floor": round(mine / floor, 2) if floor else None,
+        "served_floor_seconds_per_notebook": round(floor_served / notebooks, 4),
+        "served_overhead_over_floor": round(served / floor_served, 2) if floor_served else None,
         "nbgrader_peak_memory_mb": round(max(r["peak"] for r in rounds_theirs) / 2**20),
         "ours_peak_memory_mb": round(max(r["peak"] for r in rounds_ours) / 2**20),
     }
@@ -241,9 +252,11 @@ def print_summary(figures):
         print(f"  {row['assignment']:26}{row['nbgrader_s_per_notebook']:>14.3f}{row['ours_s_per_notebook']:>13.3f}"
               f"{row['ratio']:>7}x{row['cold_s_per_notebook']:>17.3f}{row['cold_ratio']:>7}x")
     print(f"{'the whole class, one run':28}{figures['nbgrader_seconds_per_notebook']:>14.3f}"
-          f"{'':>21}{figures['ours_seconds_per_notebook']:>17.3f}{figures['ratio']:>7}x")
-    print(f"floor (the hidden checks' own time over {figures['jobs']} cores): {figures['floor_seconds_per_notebook']:.3f}"
-          f" s/nb; the whole-class run takes {figures['overhead_over_floor']}x the floor")
+          f"{figures['served_seconds_per_notebook']:>13.3f}{figures['served_ratio']:>7}x"
+          f"{figures['ours_seconds_per_notebook']:>17.3f}{figures['ratio']:>7}x")
+    print(f"floor (the hidden checks' own time over {figures['jobs']} cores): the whole class served takes "
+          f"{figures['served_overhead_over_floor']}x its floor ({figures['served_floor_seconds_per_notebook']:.3f} s/nb), "
+          f"on its own {figures['overhead_over_floor']}x ({figures['floor_seconds_per_notebook']:.3f} s/nb)")
     print(f"peak memory: nbgrader {figures['nbgrader_peak_memory_mb']} MB, make grade "
           f"{figures['ours_peak_memory_mb']} MB")
 
@@ -392,7 +405,8 @@ def main(argv=None):
         print(f"round {index} A  make grade  (load average {rounds_ours[-1]['load_average']:.2f}): each assignment "
               f"{sum(rounds_ours[-1]['assignments'].values()):6.1f} s served, "
               f"{sum(rounds_ours[-1]['cold'].values()):6.1f} s on its own; the class in one run "
-              f"{rounds_ours[-1]['class']:6.1f} s", flush=True)
+              f"{rounds_ours[-1]['class_served']:6.1f} s served, {rounds_ours[-1]['class']:6.1f} s on its own",
+              flush=True)
         rounds_theirs.append(round_nbgrader(course, assignments, log))
         print(f"round {index} B  nbgrader    (load average {rounds_theirs[-1]['load_average']:.2f}): each assignment "
               f"{rounds_theirs[-1]['class']:6.1f} s", flush=True)
