@@ -119,9 +119,10 @@ def timed(command, cwd, log, failures_allowed=False):
 
 def ours(work, out, jobs, log, assignment=None, served=False):
     """(seconds, peak memory) of grade-class on the class, or on one assignment of it; served: handed
-    to the grading service (`make serve`), once its sandboxes are started, else graded on its own."""
-    if served:
-        wait_for_service()
+    to the grading service (`make serve`), else graded on its own.  Either starts once the service is
+    idle: after a served run it starts new spare sandboxes, which would otherwise take the cores from
+    the next run."""
+    wait_for_service()
     return timed([sys.executable, "-m", "autograder", "grade-class", "--submitted", work / "submitted",
                   "--out", out, "--db", f"sqlite:///{out / 'gradebook.db'}", "--jobs", str(jobs), "--force",
                   *(["--assignment", assignment] if assignment else []), *([] if served else ["--no-service"])],
