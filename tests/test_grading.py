@@ -4,6 +4,8 @@
 import csv
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -12,7 +14,7 @@ import pytest
 from autograder.scoring import NOT_RUN
 
 from tests.conftest import run_grader, scores_by_exercise
-from tests.notebooks import COURSE, make_submission, solution_answers
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 from tests.sample_class import MHA_SUBCLASS, SDPA_UNSCALED
 
 CORRUPT = {
@@ -295,6 +297,21 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args, message, tmp_path):
     assert process.returncode == 2
     assert message in process.stderr and len(process.stderr.strip().splitlines()) == 1
     assert "Traceback" not in process.stderr
+
+
+def test_the_command_line_exits_quickly_with_its_code_its_output_and_what_runs_at_exit(tmp_path):
+    """`python -m autograder` skips the interpreter's tear-down once a command has returned (a second of
+    one core after a class): its exit code, its last line and every function registered to run at exit
+    (here one registered before the command line started) are kept."""
+    marker = tmp_path / "ran-at-exit"
+    script = ("import atexit, runpy, sys\n"
+              f"atexit.register(lambda: open({str(marker)!r}, 'w').write('yes'))\n"
+              "sys.argv = ['autograder', 'grade-class', '--submitted', '/nonexistent']\n"
+              "runpy.run_module('autograder', run_name='__main__')\n")
+    process = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2
+    assert process.stderr.strip().endswith("no submissions folder at /nonexistent")
+    assert marker.read_text() == "yes"
 
 
 def test_one_notebook_graded_says_each_exercise_and_writes_the_feedback(tmp_path):

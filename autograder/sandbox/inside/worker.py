@@ -285,3 +285,4 @@ if __name__ == "__main__":
         warm_compiler()               # its calls are counted (a fresh child has none of the zygote's warm-up)
         child(None, (requests, replies), memory, True)
     zygote(socket.socket(fileno=int(sys.argv[1])))
+    os._exit(0)   # the grader is gone: nothing of this process needs tearing down (a second of CPU)
