@@ -1,6 +1,8 @@
 """Writing the grader's outputs so that a crash leaves the old content or the new, never half:
-records, feedback pages, grades.csv and every other table go through here."""
+records, feedback pages, grades.csv and every other table go through here, and so does what the grader
+keeps in its cache folder (`cached`: values worked out once per machine)."""
 
+import contextlib
 import csv
 import io
 import os
@@ -32,6 +34,24 @@ def cache_folder(kind):
     folder = root / kind
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
+
+
+def cached(kind, name, make, load=bytes):
+    """What make() gives (bytes), worked out once per machine: kept whole as cache_folder(kind)/name, and
+    given back as load(data) to this call and every later one, in this process or another.  A file that
+    is missing, unreadable or refused by load (it raises) is made again and written over; where the
+    folder cannot be made or written, the value is made at every call."""
+    path = None
+    try:
+        path = cache_folder(kind) / name
+        return load(path.read_bytes())
+    except Exception:  # noqa: BLE001 - not there yet, no folder, or a file load refuses: made again
+        pass
+    data = make()
+    if path is not None:
+        with contextlib.suppress(OSError):
+            write_atomic(path, data)
+    return load(data)
 
 
 def csv_text(header, rows):

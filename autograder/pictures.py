@@ -7,7 +7,6 @@ feedback (feedback.html) and in nbgrader's autograded notebook, so `generate_fee
 """
 
 import base64
-import contextlib
 import functools
 import hashlib
 import io
@@ -15,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
-from autograder.files import cache_folder, write_atomic
+from autograder.files import cached
 
 MAX_SIDE = 64  # larger maps are cropped to their top-left corner: the picture is for reading
 
@@ -99,14 +98,12 @@ def png_base64(picture):
 @functools.lru_cache(maxsize=64)
 def _png_base64(picture_json):
     key = hashlib.sha256(f"{metadata.version('matplotlib')}\0{picture_json}".encode()).hexdigest()[:32]
-    try:
-        path = cache_folder("pictures") / f"{key}.png"
-        drawn = path.read_bytes() if path.exists() else None
-    except OSError:
-        path, drawn = None, None   # no folder to keep it in, or a file that cannot be read: drawn here
-    if not drawn:
-        drawn = png(Picture.from_dict(json.loads(picture_json)))
-        if path is not None:
-            with contextlib.suppress(OSError):
-                write_atomic(path, drawn)
+    drawn = cached("pictures", f"{key}.png", lambda: png(Picture.from_dict(json.loads(picture_json))), _not_empty)
     return base64.b64encode(drawn).decode("ascii")
+
+
+def _not_empty(data):
+    """A kept picture as it was read; an empty file is drawn again (files.cached)."""
+    if not data:
+        raise ValueError("an empty picture file")
+    return data

@@ -10,10 +10,11 @@ cache folder (files.cache_folder: ~/.cache/attention-course/suites), under a nam
 its arguments and a hash of the suites' own code (every file under autograder/suites/) and of torch's
 version, so that a changed suite or another torch never reads an old value.  Every other process,
 this run's or a later one's, reads it back (weights_only: tensors, and tuples, lists and dicts of
-them).  A file that cannot be read is worked out again; where the folder cannot be written the value
-is kept in the process only.
+them; files.cached).  A file that cannot be read is worked out again; where the folder cannot be
+written the value is kept in the process only.
 """
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from autograder.files import cache_folder, write_atomic
+from autograder.files import cache_folder, cached
 
 SUITES = Path(__file__).resolve().parent.parent
 
@@ -42,30 +43,24 @@ def stored(function):
 
     @functools.cache
     def wrapper(*args, **kwargs):
-        arguments = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()[:12]
-        stem = f"{name}-{arguments}"
-        try:
-            path = cache_folder("suites") / f"{stem}-{version()}.pt"
-        except OSError:   # no folder to keep it in: the value stays in this process (functools.cache)
-            return function(*args, **kwargs)
-        try:
-            return torch.load(path, weights_only=True)
-        except Exception:  # noqa: BLE001 - not there yet, or unreadable: worked out again
-            pass
-        value = function(*args, **kwargs)
-        _save(value, path, stem)
-        return value
+        stem = f"{name}-{hashlib.sha256(repr((args, sorted(kwargs.items()))).encode()).hexdigest()[:12]}"
+
+        def make():
+            buffer = io.BytesIO()
+            torch.save(function(*args, **kwargs), buffer)
+            _remove_older(stem)
+            return buffer.getvalue()
+        return cached("suites", f"{stem}-{version()}.pt", make, _load)
     return functools.update_wrapper(wrapper, function)
 
 
-def _save(value, path, stem):
-    """Write the value whole (files.write_atomic), and remove the same value (`stem`) of older suites."""
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    try:
-        write_atomic(path, buffer.getvalue())
-        for old in path.parent.glob(f"{stem}-*.pt"):
-            if old != path:
+def _load(data):
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _remove_older(stem):
+    """The same value (`stem`) of older suites or another torch: no longer read, so removed."""
+    with contextlib.suppress(OSError):
+        for old in cache_folder("suites").glob(f"{stem}-*.pt"):
+            if not old.name.endswith(f"-{version()}.pt"):
                 old.unlink(missing_ok=True)
-    except OSError:
-        pass  # a folder that cannot be written: the value stays in this process (functools.cache)
