@@ -8,7 +8,13 @@ seccomp filters only ever add restrictions, and bubblewrap has already set no_ne
                     module loading, network sockets, ...
   submission_filter(pid)  loaded in each forked child just before the submission's code runs: no
                     new processes (threads only), no exec, no signals to any other process, no
-                    anonymous memory files (memfd_create).
+                    anonymous memory files (memfd_create), and nothing that could outlive the child
+                    in the worker's namespaces, where the next student's child runs: no System V
+                    shared memory, semaphores or message queues, no POSIX message queues (the IPC
+                    namespace is the worker's, shared by all its children) and no sockets at all
+                    (an abstract one lives in the network namespace, not in a file the worker
+                    wipes).  What a child can still leave is files, and those are only writable in
+                    /tmp and /dev/shm, emptied by the worker once the submission's last child ends.
 
 The child is made non-dumpable (and may not change that back): its /proc files belong to root, so
 it cannot reset its own peak memory (/proc/self/clear_refs) while the grader measures a call from
@@ -45,6 +51,12 @@ PR_SET_DUMPABLE = 4
 # memfd_create: memory that is no file in the scratch space and no part of the heap.
 SUBMISSION_DENIED = ["fork", "vfork", "execve", "execveat", "pidfd_open", "pidfd_send_signal", "memfd_create",
                      "memfd_secret"]
+# Every channel a child could leave behind for the next child of the same worker, other than files: the
+# kernel's IPC objects (they outlive their maker in the namespace) and sockets (an abstract Unix socket
+# is a name in the network namespace; a child talks to the grader on the two pipes it is given).
+LEFT_BEHIND = ["shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl",
+               "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+               "mq_timedreceive", "mq_notify", "mq_getsetattr", "socket", "socketpair"]
 PROCESS_CALLS = ("fork", "vfork", "execve", "execveat")
 SIGNAL_CALLS = ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"]
 
@@ -75,7 +87,7 @@ def submission_filter(pid, compiles=False):
     in versions before 3.9, a C compiler as processes: then it may start processes, which its pids
     cgroup bounds and which are killed with it (cgroup.py); everything else stays denied."""
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    for syscall in SUBMISSION_DENIED:
+    for syscall in SUBMISSION_DENIED + LEFT_BEHIND:
         if not (compiles and syscall in PROCESS_CALLS):
             _deny(rules, syscall)
     if not compiles:
