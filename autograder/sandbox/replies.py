@@ -68,6 +68,12 @@ def envelope(reply):
                   "traceback": _text(error.get("traceback", ""), "the traceback")[-6000:]}
 
 
+def ready(value):
+    """What a child says as it starts serving: why it cannot grade ("" when it can)."""
+    _dict(value, "the ready reply", ["unavailable"])
+    return _text(value["unavailable"], "unavailable")[:1000]
+
+
 def cell_event(message, cells):
     """The index of the cell that starts running, or None when the message is not an event."""
     if type(message) is not dict or "event" not in message:

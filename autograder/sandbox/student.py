@@ -330,9 +330,11 @@ class StudentProcess:
         self._send({"op": "ready"})
         try:
             reply = protocol.read_message(self.replies, time.monotonic() + (START_SECONDS if self.on_gpu else READY_SECONDS))
-            self._unwrap(protocol.decode(reply))
-        except (protocol.Timeout, EOFError, protocol.ProtocolError) as problem:
+            unavailable = replies.ready(self._unwrap(protocol.decode(reply)))
+        except (protocol.Timeout, EOFError, protocol.ProtocolError, StudentFailure) as problem:
             raise WorkerError(f"the submission's process did not start ({_describe(problem)})") from None
+        if unavailable:  # the child could not open its GPU (worker.child), before any student code ran
+            raise WorkerError(unavailable)
         if self.group is not None:
             self.held_at_start = self.group.usage()
             self.threads_at_start = self.group.tasks()
@@ -379,22 +381,26 @@ class StudentProcess:
         protocol.write_message(self.requests, protocol.encode(message))
 
     @staticmethod
-    def _unwrap(reply):
+    def _unwrap(reply, seconds=None, timeout=None):
+        """The reply's value, or the student's failure it reports.  Whose fault a failure is, is decided
+        here from what the grader saw, never from a name the child chose: every error a child reports
+        is the student's (the grader's own failures are a child that does not start or answer, and the
+        one the child may state before any of the submission's code runs, _wait_ready); a reported
+        time-out is one only when the grader's clock saw the call's time run out (seconds, timeout),
+        else it is an exception of the student's that happens to be called Timeout."""
         value, error = replies.envelope(reply)
         if error is None:
             return value
-        if error["type"] == "Timeout":
+        if error["type"] == "Timeout" and not error["traceback"] and (seconds is None or seconds >= timeout * 0.9):
             raise StudentTimeout("ran out of time")
-        if error["type"] == "DeviceUnavailable":  # the child could not open its GPU (worker.child)
-            raise WorkerError(error["message"])
         raise StudentError(error["type"], error["message"], error["traceback"])
 
     def request(self, key, message, check, measure_memory=False):
         """Send one request; `key` names what it exercises, so a hang is charged to it alone;
         `check` validates the reply's value (see replies.py).
 
-        With measure_memory the request runs in a fresh child that runs the notebook's cells again and
-        then makes only this call, and the value also carries "peak_memory" (a memory.Peak, or None
+        With measure_memory the request runs in a fresh child, alone (_in_fresh_child), that runs the
+        notebook's cells again and then makes this call, and the value also carries "peak_memory" (a memory.Peak, or None
         when it could not be read): with a cgroup, everything that child holds at the call's worst
         moment, from before the submission's first line ran (memory.py).  A counted request (a call
         with "count", a module with a step with "count") runs with the child held to one thread, and
@@ -405,16 +411,21 @@ class StudentProcess:
         return self._request(key, message, check)
 
     def _in_fresh_child(self, key, message, check):
+        """The measured call runs in a child of its own, where no other process of the submission is
+        alive: the child that ran its other calls is ended first, and the worker empties the scratch
+        space once a submission has no child left, so nothing the submission made before (a file of
+        precomputed scores in /tmp, say) is there to be used without being charged.  The fresh child
+        runs the notebook's cells again and, after the call, serves the submission's later requests."""
         if key in self.hung:
             raise StudentTimeout(self.hung[key])
-        fresh = StudentProcess(self.worker, self.cells, self.limits, self.kernels, self.warm, self.files)
-        fresh.skip_cells, fresh.hung, fresh.deadline = set(self.skip_cells), self.hung, self.deadline
-        fresh.restarts = self.limits.restarts  # no second chance: a crash is this call's
+        self.kill()
+        restarts, reports = self.restarts, self.cell_reports
+        self.restarts = self.limits.restarts  # no second chance: a crash while loading is this call's
         try:
-            fresh.start()
-            return fresh._request(key, message, check, measure_memory=True)
+            self.start()
+            return self._request(key, message, check, measure_memory=True)
         finally:
-            fresh.close()
+            self.restarts, self.cell_reports = restarts, reports
 
     def _measure(self):
         if self.group is not None:
@@ -441,8 +452,10 @@ class StudentProcess:
             if hold:
                 self.group.allow_tasks(self.threads_at_start)  # no new thread while the call is counted
             with self._measure() if measure_memory else contextlib.nullcontext() as measure:
+                sent = time.monotonic()
                 self._send({**message, "timeout": timeout})
                 reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
+                seconds = time.monotonic() - sent
             if hold:
                 self.group.allow_tasks(CHILD_TASKS)
             elif watch:   # on a GPU: a thread started during the call and still running
@@ -462,7 +475,7 @@ class StudentProcess:
             self.kill()
             raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
         try:
-            value = check(self._unwrap(protocol.decode(reply)))
+            value = check(self._unwrap(protocol.decode(reply), seconds, timeout))
             if measure_memory:
                 value["peak_memory"] = measure.peak
             if counted:

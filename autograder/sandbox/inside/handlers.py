@@ -130,10 +130,15 @@ def _close_figures():
             pass
 
 
+UNAVAILABLE = ""  # why this child cannot grade (its GPU could not be opened), set by serve
+
+
 def ready(request):
     """Answered once the child serves, before any of the submission's code runs: the grader then
-    notes what the child holds (its memory, its threads)."""
-    return {}
+    notes what the child holds (its memory, its threads).  It is the only answer in which the child
+    may say that the grader's side failed (the GPU could not be opened): said later, after the
+    submission's code has run, nothing the child says can be the grader's fault (student._unwrap)."""
+    return {"unavailable": UNAVAILABLE}
 
 
 def names(request):
@@ -382,8 +387,8 @@ def serve(requests, replies, unavailable="", kernels=False):
     why this child cannot grade (its GPU could not be opened), the answer to every request; kernels:
     its assignment's answers are Triton kernels (prepared by the worker, kernels.prepare), whose work
     a counted call counts too."""
-    global REQUESTS, REPLIES, KERNELS
-    REQUESTS, REPLIES = requests, replies
+    global REQUESTS, REPLIES, KERNELS, UNAVAILABLE
+    REQUESTS, REPLIES, UNAVAILABLE = requests, replies, unavailable
     KERNELS = sys.modules.get("kernels") if kernels else None
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
     sys.stderr = open(os.devnull, "w")
@@ -396,13 +401,12 @@ def serve(requests, replies, unavailable="", kernels=False):
             return
         if request.get("op") == "exit":
             return
-        if unavailable:   # the grader's problem, not the student's (student.StudentProcess._unwrap)
-            reply = {"ok": False, "error": {"type": "DeviceUnavailable", "message": unavailable, "traceback": ""}}
-        else:
-            try:
-                reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
-            except BaseException as error:  # noqa: B902
-                reply = {"ok": False, "error": describe_error(error)}
+        try:
+            if unavailable and request.get("op") != "ready":   # the grader heard why at "ready"
+                raise RuntimeError(unavailable)
+            reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
+        except BaseException as error:  # noqa: B902
+            reply = {"ok": False, "error": describe_error(error)}
         try:
             encoded = protocol.encode(reply)
         except protocol.Unsupported as problem:
