@@ -18,6 +18,7 @@ import io
 import tokenize
 
 from autograder.sandbox import inside_modules
+from autograder.sandbox.inside.reach import INTERNAL_ATTRIBUTES, internal
 
 FROM_SCRATCH_MESSAGE = ("No credit: this exercise must be written from scratch, but your code calls "
                         "torch's built-in attention (torch.nn.functional.scaled_dot_product_attention, "
@@ -34,31 +35,8 @@ INTERNAL_MODULES = {"gc": "the garbage collector", "ctypes": "raw memory access"
                     "triton._C": "Triton internals",
                     "triton.compiler": "Triton's compiler (the grader checks a kernel's body with it)",
                     "triton.backends": "Triton's compiler (the grader checks a kernel's body with it)"}
-# Attributes that reach torch internals, the guard, or what a function keeps hidden.
-INTERNAL_ATTRIBUTES = {
-    "_C": "torch internals (torch._C)", "ops": "torch's operator namespace (torch.ops)",
-    "library": "torch's operator registry (torch.library)", "_ops": "torch internals",
-    "__closure__": "a function's closure", "__defaults__": "a function's hidden defaults",
-    "__kwdefaults__": "a function's hidden defaults", "__wrapped__": "the function behind a wrapper",
-    "__globals__": "another module's globals", "__code__": "another function's code",
-    "cell_contents": "a function's closure",
-    "__dict__": "an object's attributes as a dictionary (a way around the names this reading checks)",
-    "__getattribute__": "attributes by a name computed at run time", "__setattr__": "attributes set by a computed name",
-    "__delattr__": "attributes removed by a computed name",
-    "interpreter": "Triton's interpreter (the grader counts a kernel's work there)",
-    "InterpreterBuilder": "Triton's interpreter (the grader counts a kernel's work there)",
-    "interpreter_builder": "Triton's interpreter (the grader counts a kernel's work there)",
-    "GridExecutor": "Triton's interpreter (the grader counts a kernel's work there)", "get_objects": "the garbage collector",
-    "code_generator": "Triton's compiler (the grader checks a kernel's body with it)",
-    "CodeGenerator": "Triton's compiler (the grader checks a kernel's body with it)",
-    "get_referrers": "the garbage collector", "get_referents": "the garbage collector",
-    "_destroy": "torch's operator registry", "_library": "the grader's guard", "_refuse": "the grader's guard",
-    "GUARD": "the grader's guard", "_python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
-    "flop_counter": "torch's FLOP counter", "_disable_current_modes": "torch's dispatch modes",
-    "_pop_mode": "torch's dispatch modes", "_push_mode": "torch's dispatch modes",
-    "_get_current_dispatch_mode": "torch's dispatch modes", "_get_current_dispatch_mode_stack": "torch's dispatch modes",
-    "_DisableTorchDispatch": "torch's dispatch modes", "_unset_dispatch_mode": "torch's dispatch modes",
-}
+# Attributes that reach torch internals, the guard, or what a function keeps hidden: one rule for written
+# and computed names (reach.py applies it to computed ones as the submission runs).
 INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", "__import__": "re-importing modules",
                   "guard": "the grader's guard", "BuiltinAttentionForbidden": "the grader's guard",
                   "__builtins__": "the interpreter's built-ins", "eval": "code built from text",
@@ -70,8 +48,6 @@ INTERNAL_NAMES = {"GUARD": "the grader's guard", "Guard": "the grader's guard", 
                   "attrgetter": "attributes by a name computed at run time"}
 # The grader's own modules, importable inside the sandbox: every module of autograder/sandbox/inside/.
 SANDBOX_MODULES = inside_modules()
-# Built-ins that reach an attribute by a name computed at run time, which no reader can check.
-DYNAMIC_ACCESS = ("getattr", "setattr", "delattr")
 
 
 def _reason(node):
@@ -95,11 +71,11 @@ def _reason(node):
                 return f"imports {name} (the grader's own code in the sandbox)"
     if isinstance(node, ast.Attribute) and node.attr == "modules" and getattr(node.value, "id", "") == "sys":
         return "uses sys.modules (loaded modules, the grader's among them)"
-    if isinstance(node, ast.Attribute) and node.attr in INTERNAL_ATTRIBUTES:
-        return f"uses .{node.attr} ({INTERNAL_ATTRIBUTES[node.attr]})"
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_ACCESS
-            and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant)):
-        return f"uses {node.func.id} with a name computed at run time"
+    if isinstance(node, ast.Attribute) and internal(node.attr):
+        return f"uses .{node.attr} ({internal(node.attr)})"
+    if isinstance(node, ast.ImportFrom) and node.module and any(internal(alias.name) for alias in node.names):
+        name = next(alias.name for alias in node.names if internal(alias.name))
+        return f"imports {name} from {node.module} ({internal(name)})"
     if isinstance(node, ast.Name) and node.id in INTERNAL_NAMES:
         return f"uses {node.id} ({INTERNAL_NAMES[node.id]})"
     if isinstance(node, ast.Constant) and isinstance(node.value, str):

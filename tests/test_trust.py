@@ -5,6 +5,7 @@ memory a measured call is charged (the call runs where no other process of the s
 import contextlib
 
 import pytest
+import torch
 
 from autograder.harness.context import Student
 from autograder.sandbox.student import Cell, Limits, StudentError, StudentProcess, StudentTimeout, Worker
@@ -94,3 +95,74 @@ def test_a_measured_call_is_charged_for_what_an_earlier_process_of_the_submissio
         assert measured["peak_memory"].bytes >= 64 << 20, "the precomputed scores were used uncharged"
         assert student.process.pid != first, "the measured child serves the later requests"
         assert student.call("use")["output"] == float(64 << 8)
+
+
+COUNTED = """
+import math
+def by_division(q, k):
+    # products written as divisions, a sum and a power: no mm, no mul, no exp
+    scores = (q[:, None, :] / (1.0 / k[None, :, :])).sum(-1)
+    weights = torch.full_like(scores, math.e) ** scores
+    return weights / weights.sum(-1, keepdim=True)
+def one_by_one(x):
+    return sum(x[i].item() for i in range(x.numel()))
+def a_few(x):
+    return float(x.max()) if bool((x > 0).any()) else 0.0
+def views_and_copies(x):
+    y = torch.empty_like(x)
+    y.copy_(x.t().contiguous().t())
+    return torch.cat([y, x.clone()]).reshape(-1)
+"""
+
+
+def test_every_operator_that_computes_is_counted_and_numbers_cannot_leave_one_by_one(worker):
+    """A counted call's torch work is complete by default: arithmetic outside the products and the
+    exponentials is charged per floating-point result, a tensor raised to a tensor is an exponential,
+    and Python numbers pulled out one by one are refused like tolist (a few, for a condition, are not);
+    views, allocations and copies cost nothing."""
+    q, k = torch.randn(8, 4), torch.randn(8, 4)
+    with submission(worker, COUNTED) as student:
+        work = student.call("by_division", q, k, count=True)["work"]
+        assert work.torch_flops < 2 * 8 * 8 * 4 and work.exponentials == 1   # its products hide from COSTS
+        assert work.torch_elementwise >= 8 * 8 * 4 + 8 * 8, work
+        with pytest.raises(StudentError, match="counted"):
+            student.call("one_by_one", torch.ones(1000), count=True)
+        assert student.call("one_by_one", torch.ones(1000))["output"] == 1000.0
+        assert student.call("a_few", torch.ones(10), count=True)["output"] == 1.0
+        free = student.call("views_and_copies", torch.ones(4, 4), count=True)["work"]
+        assert (free.torch_flops, free.torch_elementwise, free.exponentials) == (0, 0, 0)
+
+
+REACHING = """
+import sys
+from sys import modules
+def grader_modules():
+    return sorted(name for name in ("guard", "counter", "handlers", "kernels", "protocol", "worker", "reach")
+                  if name in modules) + [modules["__main__"].__dict__.get("grader_modules") is grader_modules]
+def computed(name):
+    g = getattr
+    return repr(g(torch, name))
+def dtype(name):
+    return str(getattr(torch, name))
+"""
+
+
+def test_the_graders_objects_are_out_of_reach_by_any_spelling(worker):
+    """sys.modules holds none of the grader's modules once the submission runs (__main__ is the
+    submission's own), and a name computed at run time is held to the rule written names are read by,
+    through getattr or any alias of it; the notebook's own idiom, getattr(torch, <a dtype's name>), passes."""
+    with submission(worker, REACHING) as student:
+        assert student.call("grader_modules")["output"] == [True]
+        for parts in (("_", "C"), ("li", "brary"), ("o", "ps"), ("__glo", "bals__")):
+            with pytest.raises(StudentError, match="refused"):
+                student.call("computed", "".join(parts))
+        assert student.call("dtype", "bfloat16")["output"] == "torch.bfloat16"
+
+
+def test_the_static_reading_refuses_aliases_and_passes_the_notebooks_idiom():
+    from autograder.rules import reaches_into_internals
+    assert reaches_into_internals("dtype = getattr(torch, VARIANT['dtype'])\n") is None
+    assert reaches_into_internals("g = getattr\nname = 'floa' + 't32'\nx = g(torch, name)\n") is None  # checked as it runs
+    for code in ("from sys import modules\n", "import sys\nsys.modules['guard']\n", "F.__builtins__['getattr']\n",
+                 "f.__globals__\n", "from sys import _getframe\n", "frame.f_back.f_locals\n"):
+        assert reaches_into_internals(code) is not None, code

@@ -118,6 +118,7 @@ class Work:
     exponentials: int
     kernels: bool                 # the kernels' share was counted (a kernel assignment's call)
     interpreted: bool = False     # ... in Triton's interpreter (on the CUDA device it is not: all zero)
+    torch_elementwise: int = 0    # floating-point results of torch's other computing operators
     launches: int = 0
     programs: int = 0
     addressed: int = 0
@@ -129,7 +130,7 @@ class Work:
     other_threads: int | None = None
 
 
-WORK_COUNTS = ("torch_flops", "exponentials", "launches", "programs", "addressed", "distinct", "kernel_flops",
+WORK_COUNTS = ("torch_flops", "torch_elementwise", "exponentials", "launches", "programs", "addressed", "distinct", "kernel_flops",
                "kernel_flops_made")
 
 
@@ -137,7 +138,8 @@ def _work(value):
     """value["work"], where the call was counted, checked and made a Work."""
     if "work" not in value:
         return
-    work = _dict(value["work"], "the work count", ["intact", "torch_flops", "exponentials", "kernels"])
+    work = _dict(value["work"], "the work count", ["intact", "torch_flops", "torch_elementwise", "exponentials",
+                                                   "kernels"])
     known = {field.name for field in fields(Work)} - {"other_threads"}
     _require(set(work) <= known, "the work count has unknown fields")
     _require(all(type(work[name]) is int and work[name] >= 0 for name in WORK_COUNTS if name in work),

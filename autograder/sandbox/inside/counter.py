@@ -15,7 +15,8 @@ Work done where torch's dispatcher does not see it is not counted, so the suites
 no lower than the algorithm's own: an answer that hides its work is "far below", never "cheap".  A
 tensor may not become a NumPy array while a call is counted (Tensor.numpy and __array__ raise then;
 `install` wraps them in the worker before any submission's code, so a reference taken by a
-submission is the wrapper); nor a Python list (Tensor.tolist, a storage's tolist, __dlpack__).  The count cannot be emptied from inside the call (it lives in this
+submission is the wrapper); nor a Python list (Tensor.tolist, a storage's tolist, __dlpack__); nor Python
+numbers one by one (Tensor.item, float(t): more than SCALAR_BUDGET of them).  The count cannot be emptied from inside the call (it lives in this
 module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
@@ -81,8 +82,27 @@ def _convolution(args, out):
 EXPONENTIALS = {aten.exp, aten.exp_, aten.exp2, aten.exp2_, aten.expm1, aten._softmax, aten._log_softmax,
                 aten.logsumexp, aten._safe_softmax, aten.softmax, aten.log_softmax, aten.sigmoid, aten.sigmoid_,
                 aten.tanh, aten.tanh_}
-# A number raised to a tensor (math.e ** x, torch.pow(2, x)) is an exponential by another name.
-EXPONENTIAL_OVERLOADS = {aten.pow.Scalar, aten.float_power.Scalar}
+# A number or a tensor raised to a tensor (math.e ** x, torch.pow(2, x), e_tensor ** x) is an exponential by
+# another name.
+EXPONENTIAL_OVERLOADS = {aten.pow.Scalar, aten.float_power.Scalar, aten.pow.Tensor_Tensor, aten.pow_.Tensor,
+                         aten.float_power.Tensor_Tensor, aten.float_power_.Tensor}
+
+# Everything else torch computes is counted too, by default: each floating-point element an operator
+# outside COSTS and EXPONENTIALS produces is one unit of `elementwise` work (a division, a reciprocal, a
+# sum: attention written without products or exponentials is still torch's work).  Free are only the
+# operators that compute nothing: views (their result aliases an input), allocations, copies and
+# conversions, and the ones that move or select elements without arithmetic.
+FREE = {aten.empty, aten.empty_like, aten.empty_strided, aten.zeros, aten.zeros_like, aten.ones, aten.ones_like,
+        aten.full, aten.full_like, aten.new_empty, aten.new_empty_strided, aten.new_zeros, aten.new_ones,
+        aten.new_full, aten.scalar_tensor, aten.arange, aten.fill, aten.fill_, aten.zero_, aten._to_copy, aten.copy,
+        aten.copy_, aten.clone, aten.lift_fresh, aten.lift_fresh_copy, aten.detach, aten.alias, aten._unsafe_view,
+        aten.cat, aten.stack, aten.index, aten.index_select, aten.gather, aten.slice_scatter, aten.select_scatter,
+        aten.constant_pad_nd, aten.where, aten.masked_fill, aten.masked_fill_, aten.tril, aten.triu, aten.tril_,
+        aten.triu_, aten.repeat, aten.repeat_interleave, aten.flip, aten.roll, aten.expand_copy, aten.index_put,
+        aten.index_put_, aten._local_scalar_dense, aten.set_, aten.resize_, aten.as_strided_, aten.split_with_sizes_copy}
+# Python numbers may be pulled out of a tensor a few at a time during a counted call (`if mask.any():`,
+# float(x.max())), but not one by one as a way around the count: past this many, the call is refused.
+SCALAR_BUDGET = 256
 
 
 class NotCountable(RuntimeError):
@@ -96,26 +116,48 @@ REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
            (torch.UntypedStorage, ("tolist",)), (torch.TypedStorage, ("tolist",)))
 
 
+def _aliases_an_input(func):
+    """A view: the operator's result is (part of) one of its inputs, written nowhere."""
+    return any(ret.alias_info is not None and not ret.alias_info.is_write for ret in func._schema.returns)
+
+
+def _floating_elements(out):
+    if isinstance(out, torch.Tensor):
+        return out.numel() if out.is_floating_point() or out.is_complex() else 0
+    if isinstance(out, (tuple, list)):
+        return sum(_floating_elements(item) for item in out)
+    return 0
+
+
 def _make():
-    total, exponentials, counting, made = [0], [0], [False], [None]
+    total, exponentials, elementwise, scalars, counting, made = [0], [0], [0], [0], [False], [None]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket is aten._local_scalar_dense:
+                scalars[0] += 1
+                if scalars[0] > SCALAR_BUDGET:
+                    raise NotCountable(NOT_COUNTABLE)
             out = func(*args, **(kwargs or {}))
             if made[0] is not None:
                 _note_made(func, args, kwargs, out, made[0])
+            cost = COSTS.get(func.overloadpacket)
             if func.overloadpacket in EXPONENTIALS or func in EXPONENTIAL_OVERLOADS:
                 exponentials[0] += 1
-            cost = COSTS.get(func.overloadpacket)
-            if cost is not None:
+            elif cost is not None:
                 try:
                     total[0] += int(cost(args, out))
                 except (TypeError, ValueError, IndexError):
-                    pass
+                    elementwise[0] += _floating_elements(out)   # charged, not ignored
+            elif func.overloadpacket not in FREE and not _aliases_an_input(func):
+                elementwise[0] += _floating_elements(out)
             return out
 
     def read():
         return total[0]
+
+    def read_elementwise():
+        return elementwise[0]
 
     def take_made(track):
         """The storages noted since the last take; track: whether to note them from now on."""
@@ -127,6 +169,7 @@ def _make():
 
     def switch(on):
         counting[0] = on
+        scalars[0] = 0
 
     def refusing(original):
         def wrapper(self, *args, **kwargs):
@@ -142,7 +185,7 @@ def _make():
             for name in names:
                 setattr(owner, name, refusing(getattr(owner, name)))
 
-    return Counting, read, read_exponentials, switch, install, take_made
+    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made
 
 
 def storages(values):
@@ -170,7 +213,7 @@ def _note_made(func, args, kwargs, out, made):
         pass
 
 
-_Counting, _read, _read_exponentials, _switch, install, _take_made = _make()
+_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made = _make()
 
 
 class Counted:
@@ -183,12 +226,12 @@ class Counted:
         # as a circular import when it first happens inside the mode: imported here, before the call
         # and its time limit (the warm worker has usually done it already: worker.warm_compiler).
         import torch._dynamo  # noqa: F401
-        self.flops, self.exponentials, self.intact, self.made = 0, 0, True, set()
+        self.flops, self.exponentials, self.elementwise, self.intact, self.made = 0, 0, 0, True, set()
         self.allocations = allocations   # also note the storages torch allocates (a kernel assignment's call)
 
     def __enter__(self):
         self.mode = _Counting()
-        self.start, self.start_exponentials = _read(), _read_exponentials()
+        self.start, self.start_exponentials, self.start_elementwise = _read(), _read_exponentials(), _read_elementwise()
         _take_made(track=self.allocations)
         self.mode.__enter__()
         _switch(True)
@@ -200,6 +243,7 @@ class Counted:
         on_top = bool(stack) and stack[-1] is self.mode
         self.flops += _read() - self.start
         self.exponentials += _read_exponentials() - self.start_exponentials
+        self.elementwise += _read_elementwise() - self.start_elementwise
         self.made |= _take_made(track=False)   # the storages torch allocated during the call
         probe = torch.ones(2, 2, dtype=torch.float64)
         before = _read()
@@ -226,7 +270,9 @@ class Work:
       intact          every count was whole through the call: torch's mode still on top and counting,
                       every interpreter wrapper in place and never seen replaced
       torch_flops     the products torch's dispatcher ran (COSTS), exponentials: its exp and softmax
-                      operators (EXPONENTIALS)
+                      operators (EXPONENTIALS, EXPONENTIAL_OVERLOADS)
+      torch_elementwise  the floating-point elements every other operator torch ran produced, unless it
+                      is FREE (a view, an allocation, a copy, a selection): complete by default
       kernels         whether the kernels' share was counted; then interpreted (False on the CUDA
                       device, where it is not counted: all zero), launches, programs, addressed,
                       distinct, kernel_flops (products whose results reached a store), kernel_flops_made
@@ -252,6 +298,7 @@ class Work:
 
     def reply(self, output=None, arguments=()):
         reply = {"intact": bool(self.torch.intact), "torch_flops": int(self.torch.flops),
+                 "torch_elementwise": int(self.torch.elementwise),
                  "exponentials": int(self.torch.exponentials), "kernels": self.tally is not None}
         if self.tally is not None:
             self.tally.note_call(output, arguments, self.torch.made)

@@ -20,11 +20,13 @@ import os
 import signal
 import sys
 import traceback
+import types
 import warnings
 
 import torch
 
 import protocol
+import reach
 from cells import compile_cell
 from counter import Work
 from guard import GUARD
@@ -86,13 +88,29 @@ def ipython_to_python(source):
 
 
 def fresh_namespace():
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    """The submission's module, as IPython's user namespace is: __main__, with built-ins whose attribute
+    functions hold computed names to the rule written names are read by (reach.py)."""
+    main = types.ModuleType("__main__")
+    namespace = vars(main)
+    namespace["__builtins__"] = reach.checked_builtins()
     namespace["display"] = lambda *args, **kwargs: None
     namespace["get_ipython"] = lambda: None
-    return namespace
+    return main, namespace
 
 
-NAMESPACE = fresh_namespace()
+MAIN, NAMESPACE = fresh_namespace()
+# The grader's modules in this process (the sandbox's own folder); they leave sys.modules before the
+# submission's code runs (serve), so no name of theirs leads to the guard or the counters.
+GRADER_MODULES = ("worker", "handlers", "guard", "counter", "kernels", "protocol", "cells", "confine",
+                  "gpu_compiler", "reach", "__main__")
+
+
+def seal():
+    """Before the submission's first line: the grader's modules are out of sys.modules (each holds on to
+    what it uses), and __main__ is the submission's own module."""
+    for name in GRADER_MODULES:
+        sys.modules.pop(name, None)
+    sys.modules["__main__"] = MAIN
 
 
 def run_cells(request):
@@ -390,6 +408,7 @@ def serve(requests, replies, unavailable="", kernels=False):
     global REQUESTS, REPLIES, KERNELS, UNAVAILABLE
     REQUESTS, REPLIES, UNAVAILABLE = requests, replies, unavailable
     KERNELS = sys.modules.get("kernels") if kernels else None
+    seal()
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
     sys.stderr = open(os.devnull, "w")
     warnings.simplefilter("ignore")

@@ -103,6 +103,9 @@ def check_kernel_work(reply, what, least_flops=0, least_addressed=0, programs=No
         raise Feedback(f"{what} launched no Triton kernel.", NOT_THE_KERNEL)
     if work.torch_flops > max(least_flops // 8, 4096):
         raise Feedback(f"{what} did {work.torch_flops:,} floating-point operations in torch's products.", NOT_THE_KERNEL)
+    if work.torch_flops + work.torch_elementwise > max(least_flops // 8, 4096):
+        raise Feedback(f"{what} computed {work.torch_elementwise:,} floating-point results in torch's arithmetic "
+                       "(divisions, sums, powers and the like) beside its products.", NOT_THE_KERNEL)
     if work.interpreted and work.kernel_flops < least_flops:
         unused = work.kernel_flops_made - work.kernel_flops
         unused = f" ({unused:,} more made whose results no store took)" if unused > 0 else ""
