@@ -216,6 +216,28 @@ def find_fifo():
         return KEY
 
 
+def plant_standard_streams(canary):
+    """The worker's standard streams, inherited by every child (its log is one)."""
+    written = []
+    for fd in (0, 1, 2):
+        try:
+            os.write(fd, f"canary {canary}\n".encode())
+            written.append(fd)
+        except OSError:
+            pass
+    return "planted" if written else "EBADF"
+
+
+def find_standard_streams():
+    for fd in (0, 1, 2):
+        try:
+            if b"canary" in os.pread(fd, 1 << 16, 0):
+                return KEY
+        except OSError:
+            pass
+    return None
+
+
 def plant_inherited_mapping(canary):
     """A page the worker shares with its children (a shared writable mapping made before the fork)."""
     shared = [line for line in open("/proc/self/maps").read().splitlines()
@@ -228,7 +250,7 @@ def find_inherited_mapping():
 '''
 
 REFUSED = ("sysv_shm", "sysv_semaphore", "sysv_message", "posix_queue", "abstract_socket", "named_socket")
-WIPED = ("scratch_file", "tmp_file", "posix_shared_memory", "fifo")
+WIPED = ("scratch_file", "tmp_file", "posix_shared_memory", "fifo", "standard_streams")
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +275,8 @@ def test_a_canary_left_by_one_submission_is_not_found_by_the_next(worker, channe
             assert planted in ("EPERM", "EACCES", "ENOSYS"), f"{channel}: {planted}"
         elif channel in WIPED:
             assert planted == "planted", f"{channel} should be allowed in the scratch space: {planted}"
-            assert planter.call(f"find_{channel}")["output"] is not None, "the planter finds its own canary"
+            if channel != "standard_streams":   # /dev/null keeps nothing, even for the planter
+                assert planter.call(f"find_{channel}")["output"] is not None, "the planter finds its own canary"
         else:
             assert planted == "none to write", "the worker shares a writable mapping with its children"
     with submission(worker) as next_student:

@@ -98,8 +98,7 @@ FREE = {aten.empty, aten.empty_like, aten.empty_strided, aten.zeros, aten.zeros_
         aten.copy_, aten.clone, aten.lift_fresh, aten.lift_fresh_copy, aten.detach, aten.alias, aten._unsafe_view,
         aten.cat, aten.stack, aten.index, aten.index_select, aten.gather, aten.slice_scatter, aten.select_scatter,
         aten.constant_pad_nd, aten.where, aten.masked_fill, aten.masked_fill_, aten.tril, aten.triu, aten.tril_,
-        aten.triu_, aten.repeat, aten.repeat_interleave, aten.flip, aten.roll, aten.expand_copy, aten.index_put,
-        aten.index_put_, aten._local_scalar_dense, aten.set_, aten.resize_, aten.as_strided_, aten.split_with_sizes_copy}
+        aten.triu_, aten.repeat, aten.repeat_interleave, aten.flip, aten.roll, aten.expand_copy, aten._local_scalar_dense, aten.set_, aten.resize_, aten.as_strided_, aten.split_with_sizes_copy}
 # Python numbers may be pulled out of a tensor a few at a time during a counted call (`if mask.any():`,
 # float(x.max())), but not one by one as a way around the count: past this many, the call is refused.
 SCALAR_BUDGET = 256
@@ -122,8 +121,9 @@ def _aliases_an_input(func):
 
 
 def _floating_elements(out):
+    """The numbers an operator computed: every element but booleans (integer arithmetic is arithmetic)."""
     if isinstance(out, torch.Tensor):
-        return out.numel() if out.is_floating_point() or out.is_complex() else 0
+        return out.numel() if out.dtype is not torch.bool else 0
     if isinstance(out, (tuple, list)):
         return sum(_floating_elements(item) for item in out)
     return 0

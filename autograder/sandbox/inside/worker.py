@@ -105,6 +105,12 @@ def child(control, pipes, memory_mb, on_gpu, kernels=False):
     # No transparent huge pages for what the child allocates (the worker's heap has them, jail.WORKER_MALLOC):
     # its memory is charged 4 KiB at a time, the same on every machine.
     ctypes.CDLL(None).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)
+    # The worker's standard streams (its log among them) are not the child's: a child that wrote there
+    # would leave what it wrote for the next student's child to read.
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(quiet, fd)
+    os.close(quiet)
     try:
         confine.confine_submission(memory_mb, "/tmp/work", compiles=on_gpu)
         unavailable = ""
