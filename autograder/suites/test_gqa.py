@@ -1,12 +1,14 @@
-"""Hidden tests for GroupedQueryAttention(d_model, num_heads, num_kv_heads, bias=False)."""
+"""Hidden tests for GroupedQueryAttention(d_model, num_heads, num_kv_heads, bias=False) with
+forward(x, mask=None, use_cache=False) and reset_cache(): its cache holds the num_kv_heads heads."""
 
 import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks, substance
-from autograder.suites.helpers.common import (B, SK, check_gradients, crash_hint, expect_value_error,
-                                              heads_of, linear_parameters, named, randn, run_module,
-                                              torch_mha, torch_weights, tril)
+from autograder.suites.helpers.common import (B, SHAPE_ERRORS, SK, check_gradients, crash_hint,
+                                              expect_value_error, heads_of, linear_parameters, named, randn,
+                                              run_module, torch_mha, torch_weights, tril)
+from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs
 
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
@@ -18,6 +20,12 @@ CAUSES = {
               "with the queries.",
     "head_counts": "Raise ValueError when num_heads is not a multiple of num_kv_heads.",
     "kv_width": "W_k and W_v map d_model to num_kv_heads * d_k, with d_k = d_model // num_heads.",
+    "cached_repeated": "the cache holding the keys and values after repeat_interleave (num_heads heads, "
+                       "2 * num_heads * d_k numbers per token) instead of the num_kv_heads heads W_k and W_v "
+                       "produce: cache first, repeat for the groups after reading the cache",
+    "cache": "With use_cache=True, append the new tokens' keys and values to the cache along the sequence axis "
+             "(dim=2) and let new token i, at position P + i, attend to the cached positions up to its own "
+             "(tril(diagonal=P) over [T_new, P + T_new]); reset_cache() empties it.",
 }
 
 GQA_HEADS, GQA_KV_HEADS, GQA_D_K = 6, 2, 4
@@ -139,3 +147,41 @@ def test_gradients_reach_input_and_parameters(student):
     _, reply = gqa(student, x, tril(SK), params=params, grad_outputs=upstream)
     check_gradients(reply, lambda weights, inputs: gqa(student, inputs["x"], tril(SK), params=weights)[0],
                       params, {"x": x}, upstream)
+
+
+def test_cache_holds_the_unrepeated_heads(student):
+    """A 2-token prompt, then chunks of 2 with use_cache=True: the outputs are the student's own causal
+    forward(x, mask), and the tensors the module keeps outside its parameters grow by the keys and
+    values of the num_kv_heads heads, 2 * num_kv_heads * d_k numbers per token, not by the repeated
+    num_heads heads (what a cache kept after repeat_interleave holds): the memory GQA exists to save."""
+    params, x = gqa_parameters(seed=660), x_of(661)
+    calls = cache_calls(x, first=2, chunk=2)
+
+    def cached(calls, held=False):
+        with crash_hint(CAUSES["cache"], when=("use_cache", "reset_cache", *SHAPE_ERRORS)):
+            reply = run_module(student, "GroupedQueryAttention", (GQA_D_MODEL, GQA_HEADS, GQA_KV_HEADS), {},
+                               params=params, dtype=x.dtype, calls=calls, held=held)
+        outputs = [checks.pair(output, "GroupedQueryAttention.forward(x_new, use_cache=True)")[0]
+                   if call[0] == "forward" else output for call, output in zip(calls, reply["outputs"])]
+        return outputs, reply
+
+    outputs, reply = cached(calls)
+    (full, _), _ = gqa(student, x, tril(SK), params=params)
+    checks.same(joined_new_outputs(outputs, GQA_D_MODEL, "d_model"), full,
+                "A 2-token prompt, then chunks of 2 tokens with use_cache=True, against your own "
+                "forward(x, mask=causal)", CAUSES["cache"])
+    prompt_only = cached(calls[:2])[1]
+    per_token = (reply["held_elements"] - prompt_only["held_elements"]) / (B * (SK - 2))
+    want, repeated = 2 * GQA_KV_HEADS * GQA_D_K, 2 * GQA_HEADS * GQA_D_K
+    if per_token > want:
+        raise checks.Feedback(
+            f"The tensors the module keeps outside its parameters grow by {per_token:g} numbers per token, where the "
+            f"keys and values of the {GQA_KV_HEADS} key/value heads are 2 * num_kv_heads * d_k = {want}.",
+            f"Likely cause: {CAUSES['cached_repeated']}." if per_token == repeated else
+            "Keep the keys and values of the num_kv_heads heads of each token, nothing else per token.")
+    checks.require(per_token == want,
+                   f"The tensors the module keeps outside its parameters grow by {per_token:g} numbers per token, "
+                   f"fewer than the keys and values of the {GQA_KV_HEADS} key/value heads "
+                   f"(2 * num_kv_heads * d_k = {want}).",
+                   "Keep the cache in the module's own attributes (self.cached_k, self.cached_v), as the statement "
+                   "says, and append every new token to it.")

@@ -1,9 +1,9 @@
 """The catalogue of gqa: its mistakes (with the cause each must be named by, a key of
-CAUSES in autograder/suites/test_gqa.py, and the tests it may fail), correct alternatives and
-degenerate answers."""
+CAUSES in autograder/suites/test_gqa.py, and the tests it may fail), correct alternatives,
+degenerate answers and an answer that games the count of what its cache keeps."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Alternative
-from tests.catalogue.snippets import GQA_EXPAND, GQA_INIT, UNIFORM, _gqa_forward
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
+from tests.catalogue.snippets import GQA_EXPAND, UNIFORM, _gqa_forward
 
 
 MISTAKES = [
@@ -14,21 +14,13 @@ MISTAKES = [
 ''')),
     Mistake("no check of the head counts", "head_counts",
             fails=("rejects_bad_head_counts",),
-            code=GQA_INIT.replace(
-        '''        if d_model % num_heads or num_heads % num_kv_heads:
+            code=edited(_gqa_forward(GQA_EXPAND), '''        if d_model % num_heads or num_heads % num_kv_heads:
             raise ValueError("bad head counts")
-''', "") + '''
-    def forward(self, x, mask=None):
-        group = self.num_heads // self.num_kv_heads
-        q = split_heads(self.W_q(x), self.num_heads)
-        k = split_heads(self.W_k(x), self.num_kv_heads).repeat_interleave(group, dim=1)
-        v = split_heads(self.W_v(x), self.num_kv_heads).repeat_interleave(group, dim=1)
-        context, weights = attend(q, k, v, mask)
-        return self.W_o(merge_heads(context)), weights
-'''),
+''', "")),
     Mistake("full-width key/value projections", "kv_width",
-            fails=("gradients_reach_input_and_parameters", "matches_torch_grouped_query_attention",
-                   "one_key_value_head", "projection_shapes", "weights_rows_sum_to_one", "with_causal_mask"),
+            fails=("cache_holds_the_unrepeated_heads", "gradients_reach_input_and_parameters",
+                   "matches_torch_grouped_query_attention", "one_key_value_head", "projection_shapes",
+                   "weights_rows_sum_to_one", "with_causal_mask"),
             code='''class GroupedQueryAttention(nn.Module):
     def __init__(self, d_model, num_heads, num_kv_heads, bias=False):
         super().__init__()
@@ -45,6 +37,9 @@ MISTAKES = [
         context, weights = attend(q, k, v, mask)
         return self.W_o(merge_heads(context)), weights
 '''),
+    Mistake("the cache holding the repeated heads (cached after repeat_interleave)", "cached_repeated",
+            fails=("cache_holds_the_unrepeated_heads",),
+            code=_gqa_forward(GQA_EXPAND, cache_after_the_repeat=True)),
 ]
 
 
@@ -62,4 +57,18 @@ DEGENERATES = [
                                                                    "return x.clone(), weights")),
     Degenerate("zeros", _gqa_forward(GQA_EXPAND).replace("return self.W_o(merge_heads(context)), weights",
                                                                "return torch.zeros_like(x), torch.zeros_like(weights)")),
+]
+
+
+GAMING = [
+    # The repeated heads cached where the count of the module's own tensors does not look: a global dict.
+    Gaming("the repeated heads cached outside the module, in a global",
+           "_CACHES = {}\n\n" + edited(_gqa_forward(GQA_EXPAND, cache_after_the_repeat=True),
+                                       "        self.cached_k = self.cached_v = None\n",
+                                       "        _CACHES[id(self)] = (None, None)\n",
+                                       "        if use_cache:\n",
+                                       "        if use_cache:\n            self.cached_k, self.cached_v = _CACHES[id(self)]\n",
+                                       "            self.cached_k, self.cached_v = k, v\n",
+                                       "            _CACHES[id(self)] = (k, v)\n            self.cached_k = self.cached_v = None\n"),
+           loses=("cache_holds_the_unrepeated_heads",), says="fewer than the keys and values"),
 ]

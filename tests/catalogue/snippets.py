@@ -122,17 +122,33 @@ GQA_INIT = '''class GroupedQueryAttention(nn.Module):
         self.W_k = nn.Linear(d_model, num_kv_heads * d_k, bias=bias)
         self.W_v = nn.Linear(d_model, num_kv_heads * d_k, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.cached_k = self.cached_v = None
+'''
+
+GQA_CACHE = '''        if use_cache:
+            past = 0 if self.cached_k is None else self.cached_k.shape[2]
+            if past:
+                k = torch.cat([self.cached_k, k], dim=2)
+                v = torch.cat([self.cached_v, v], dim=2)
+            self.cached_k, self.cached_v = k, v
+            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(diagonal=past)
 '''
 
 
-def _gqa_forward(expand):
+def _gqa_forward(expand, cache_after_the_repeat=False):
+    """The reference's class with `expand` (the repeat of the key/value heads for their groups) in place;
+    cache_after_the_repeat: the classic mistake of caching the repeated heads."""
+    steps = expand + GQA_CACHE if cache_after_the_repeat else GQA_CACHE + expand
     return GQA_INIT + '''
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, use_cache=False):
         group = self.num_heads // self.num_kv_heads
         q = split_heads(self.W_q(x), self.num_heads)
         k = split_heads(self.W_k(x), self.num_kv_heads)
         v = split_heads(self.W_v(x), self.num_kv_heads)
-''' + expand + '''        context, weights = attend(q, k, v, mask)
+''' + steps + '''        context, weights = attend(q, k, v, mask)
         return self.W_o(merge_heads(context)), weights
 '''
 
