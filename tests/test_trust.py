@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autograder.harness.context import Student
-from autograder.sandbox.student import Cell, Limits, StudentError, StudentProcess, StudentTimeout, Worker
+from autograder.sandbox.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
 
 LIMITS = Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)
 
@@ -166,3 +166,32 @@ def test_the_static_reading_refuses_aliases_and_passes_the_notebooks_idiom():
     for code in ("from sys import modules\n", "import sys\nsys.modules['guard']\n", "F.__builtins__['getattr']\n",
                  "f.__globals__\n", "from sys import _getframe\n", "frame.f_back.f_locals\n"):
         assert reaches_into_internals(code) is not None, code
+
+
+FORGER = """
+import io, os, struct
+def forge():
+    # a whole reply, framed as the child's are, written by the submission itself on the reply pipe
+    message = ["dict", {"ok": ["py", True], "value": ["dict", {"output": ["py", 42.0], "input_grads": ["py", None],
+               "used_builtin_attention": ["py", False]}]}]
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    payload = buffer.getvalue()
+    for fd in range(3, 12):
+        try:
+            os.write(fd, struct.pack("!Q", len(payload)) + payload)
+        except OSError:
+            pass
+    os._exit(0)
+def fine():
+    return 1.0
+"""
+
+
+def test_a_reply_the_submission_writes_itself_is_not_taken(worker):
+    """Every request carries a nonce that the answer must carry back; a reply the submission writes on
+    the reply pipe itself does not have it, and costs the call instead of answering it."""
+    with submission(worker, FORGER) as student:
+        with pytest.raises(StudentCrash, match="does not answer"):
+            student.call("forge")
+        assert student.call("fine")["output"] == 1.0

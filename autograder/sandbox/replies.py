@@ -55,6 +55,15 @@ def _gradients(value, what):
     return value
 
 
+def answering(message, nonce):
+    """A message from a child, once it is known to answer the request that carried `nonce`: the
+    handlers copy the request's nonce into every message they write, which the submission's own code
+    cannot read; a message without it was written by something else on the reply pipe."""
+    _require(type(message) is dict and message.get("nonce") == nonce,
+             "a message that does not answer the grader's request (written by the submission itself?)")
+    return {key: value for key, value in message.items() if key != "nonce"}
+
+
 def envelope(reply):
     """(value, None) for a successful reply, (None, error) for a failed one."""
     _dict(reply, "the reply", ["ok"])

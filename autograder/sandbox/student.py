@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import select
 import socket
 import time
@@ -300,7 +301,7 @@ class StudentProcess:
                             "files": self.files})
                 deadline = min(self.deadline, time.monotonic() + self.limits.cell_timeout + 2)
                 while True:
-                    message = protocol.decode(protocol.read_message(self.replies, deadline))
+                    message = self._read(deadline)
                     event = replies.cell_event(message, len(cells))
                     if event is not None:
                         current = event
@@ -329,8 +330,8 @@ class StudentProcess:
         holds: its memory and its threads (on a GPU, CUDA's and autograd's own are started by then)."""
         self._send({"op": "ready"})
         try:
-            reply = protocol.read_message(self.replies, time.monotonic() + (START_SECONDS if self.on_gpu else READY_SECONDS))
-            unavailable = replies.ready(self._unwrap(protocol.decode(reply)))
+            reply = self._read(time.monotonic() + (START_SECONDS if self.on_gpu else READY_SECONDS))
+            unavailable = replies.ready(self._unwrap(reply))
         except (protocol.Timeout, EOFError, protocol.ProtocolError, StudentFailure) as problem:
             raise WorkerError(f"the submission's process did not start ({_describe(problem)})") from None
         if unavailable:  # the child could not open its GPU (worker.child), before any student code ran
@@ -378,7 +379,15 @@ class StudentProcess:
 
     # -- requests ------------------------------------------------------------------------------
     def _send(self, message):
-        protocol.write_message(self.requests, protocol.encode(message))
+        """Each request carries a nonce of its own; the child's messages in answer must carry it back
+        (_read).  The nonce is never written where the submission's code can read it: a reply that
+        the submission writes itself on the reply pipe (a count of work it did not do) lacks it."""
+        self.nonce = secrets.token_hex(16)
+        protocol.write_message(self.requests, protocol.encode({**message, "nonce": self.nonce}))
+
+    def _read(self, deadline):
+        """The next message from the child, as an answer to the last request (replies.answering)."""
+        return replies.answering(protocol.decode(protocol.read_message(self.replies, deadline)), self.nonce)
 
     @staticmethod
     def _unwrap(reply, seconds=None, timeout=None):
@@ -454,7 +463,7 @@ class StudentProcess:
             with self._measure() if measure_memory else contextlib.nullcontext() as measure:
                 sent = time.monotonic()
                 self._send({**message, "timeout": timeout})
-                reply = protocol.read_message(self.replies, time.monotonic() + timeout + 1)
+                reply = self._read(time.monotonic() + timeout + 1)
                 seconds = time.monotonic() - sent
             if hold:
                 self.group.allow_tasks(CHILD_TASKS)
@@ -475,7 +484,7 @@ class StudentProcess:
             self.kill()
             raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
         try:
-            value = check(self._unwrap(protocol.decode(reply), seconds, timeout))
+            value = check(self._unwrap(reply, seconds, timeout))
             if measure_memory:
                 value["peak_memory"] = measure.peak
             if counted:

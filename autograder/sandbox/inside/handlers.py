@@ -119,7 +119,7 @@ def run_cells(request):
             handle.write(text)
     results = []
     for index, cell in enumerate(request["cells"]):
-        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index}))
+        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index, "nonce": request["nonce"]}))
         label = cell["label"]
         earlier = [other["label"] for other in request["cells"][:index]]  # one file name a cell
         filename = f"<cell {label}>" if label not in earlier else f"<cell {label} #{index}>"
@@ -426,10 +426,11 @@ def serve(requests, replies, unavailable="", kernels=False):
             reply = {"ok": True, "value": HANDLERS[request["op"]](request)}
         except BaseException as error:  # noqa: B902
             reply = {"ok": False, "error": describe_error(error)}
+        nonce = request.get("nonce")   # every answer carries its request's (student.StudentProcess._read)
         try:
-            encoded = protocol.encode(reply)
+            encoded = protocol.encode({**reply, "nonce": nonce})
         except protocol.Unsupported as problem:
-            encoded = protocol.encode({"ok": False, "error": {
+            encoded = protocol.encode({"ok": False, "nonce": nonce, "error": {
                 "type": "Unsupported", "message": f"returned {problem}", "traceback": ""}})
         protocol.write_message(REPLIES, encoded)
 
