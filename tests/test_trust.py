@@ -195,3 +195,37 @@ def test_a_reply_the_submission_writes_itself_is_not_taken(worker):
         with pytest.raises(StudentCrash, match="does not answer"):
             student.call("forge")
         assert student.call("fine")["output"] == 1.0
+
+
+MEMORY = """
+import os, errno
+def through_proc(path, mode):
+    try:
+        with open(path.replace('self', str(os.getpid())), mode) as handle:
+            handle.read(8) if 'r' in mode else handle.write(b'x')
+        return 'opened'
+    except OSError as error:
+        return errno.errorcode[error.errno]
+def pipes():
+    found = []
+    for fd in range(3, 32):
+        try:
+            if os.readlink(f"/proc/{os.getpid()}/fd/{fd}").startswith("pipe:"):
+                found.append(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return found
+"""
+
+
+def test_the_child_cannot_read_or_write_its_own_memory_or_pipes_through_proc(worker):
+    """The nonce and the counts live in the child's memory: its /proc/<pid>/mem, and /proc/<pid>/fd, which
+    would reopen its pipes, are out of its reach (it is not dumpable, so they belong to root, and it may
+    not make itself dumpable again: confine.py); the files that describe the process stay readable."""
+    with submission(worker, MEMORY) as student:
+        pipes = student.call("pipes")["output"]
+        assert len(pipes) == 2, pipes   # the requests' and the replies'
+        for path, mode in (("/proc/self/mem", "rb"), ("/proc/self/mem", "r+b"), ("/proc/self/environ", "rb"),
+                           *((pipe, "wb") for pipe in pipes), *((pipe, "rb") for pipe in pipes)):
+            assert student.call("through_proc", path, mode)["output"] in ("EACCES", "EPERM"), path
+        assert student.call("through_proc", "/proc/self/status", "rb")["output"] == "opened"
