@@ -284,7 +284,8 @@ def test_code_that_reaches_into_torch_internals_or_the_guard_is_flagged_to_the_i
         flags = {row["student"]: row["flags"] for row in csv.DictReader(handle)}
     assert "imports gc" in flags["guard_destroyed_through_gc"]
     assert "closure" in flags["original_behind_the_wrapper"]
-    assert ".ops" in flags["aten_math_kernel"] and "GUARD" in flags["builtin_then_reset_detector"]
+    assert "_scaled_dot_product_attention_math" in flags["aten_math_kernel"]  # torch.ops.aten's private kernel
+    assert "GUARD" in flags["builtin_then_reset_detector"]
     assert not flags["builtin_module"] and not flags["aten_math_kernel_zcanary"]
 
 
@@ -297,13 +298,15 @@ def test_no_host_secret_reaches_any_output(class_of_attacks):
     assert "root:" not in everything  # no line of an account database
 
 
-@pytest.mark.parametrize("attack,reason", [
-    ("forged_deep_nesting", "nested more than"), ("forged_wrong_shape", "malformed reply"),
-    ("forged_expanded_tensor", "over the size limit"), ("forged_garbage", "unreadable message"),
-    ("forged_pickle_with_code", "unreadable message")])
-def test_forged_and_oversized_replies_are_charged_to_the_submission(class_of_attacks, attack, reason):
-    outputs = " ".join(test["output"] for test in result_of(class_of_attacks[0], attack)["tests"])
-    assert reason in outputs
+@pytest.mark.parametrize("attack", ["forged_deep_nesting", "forged_wrong_shape", "forged_expanded_tensor",
+                                    "forged_garbage", "forged_pickle_with_code"])
+def test_forged_and_oversized_replies_are_charged_to_the_submission(class_of_attacks, attack):
+    """A frame the submission writes on the pipes itself earns nothing: it lacks the request's nonce
+    (tests/test_trust.py), and the code that writes it reaches for descriptors, which the reading of the
+    code flags before anything of it counts (it imports io and os)."""
+    result = result_of(class_of_attacks[0], attack)
+    outputs = " ".join(test["output"] for test in result["tests"])
+    assert result["score"] == 0 and "imports io" in outputs and "Your instructor has been told" in outputs
 
 
 def test_the_grader_never_holds_an_amplified_reply(class_of_attacks):

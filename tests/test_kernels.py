@@ -127,11 +127,16 @@ def test_a_child_of_an_assignment_without_kernels_counts_torch_alone(worker, stu
 
 
 PREPARED = """
-import sys
+import types
 def prepared():
     from triton.runtime import interpreter
-    compiler = sys.modules.get("gpu_compiler")
-    return [interpreter.InterpretedFunction.run.__module__, len(compiler._CHECKED) if compiler else None]
+    run = interpreter.InterpretedFunction.run
+    # the grader's modules are out of sys.modules in a child (handlers.seal): the compiler is found as
+    # the interpreter's wrapper holds it
+    held = [cell.cell_contents for cell in run.__closure__ or ()]
+    compiler = next((value for value in held if isinstance(value, types.ModuleType)
+                     and value.__name__ == "gpu_compiler"), None)
+    return [run.__module__, len(compiler._CHECKED) if compiler else None]
 """
 
 
@@ -464,7 +469,8 @@ def test_a_gpu_child_starts_afresh_and_says_when_it_cannot_open_the_gpu(monkeypa
 
 def test_a_wrapper_swapped_and_put_back_is_seen(worker):
     """The interpreter's load replaced during the call and restored before it returns, through names no
-    reader can check: the count is not intact (the audit hook saw the swap)."""
+    reader can check: the names are checked as the code runs (reach.py), and getattr does not hand
+    Triton's interpreter to the submission at all."""
     swap = '''
 def swap_and_back(x):
     import triton
@@ -480,6 +486,5 @@ def swap_and_back(x):
         setattr(builder, "create_masked_load", counted)
 '''
     with StudentProcess(worker, [Cell("kernel", KERNEL), Cell("swap", swap)], LIMITS, "triton") as process:
-        reply = Student(process).call("swap_and_back", torch.ones(16), count=True)
-    assert torch.equal(reply["output"], torch.full((16,), 2.0))
-    assert reply["work"].intact is False
+        with pytest.raises(StudentError, match="triton.runtime"):
+            Student(process).call("swap_and_back", torch.ones(16), count=True)

@@ -274,7 +274,8 @@ def test_a_hostile_notebook_gets_nothing_of_the_course_or_the_token(term):
     assert TOKEN not in everything
     assert not [line for line in hidden + suites if json.dumps(line)[1:-1] in everything]
     mallory = next(body for repo, _, body in comments if repo == f"{PREFIX}mallory")
-    assert "RuntimeError" in mallory  # her code ran, and found nothing worth having
+    # her code reaches for files and descriptors: the reading of it says so, and it earns nothing
+    assert "imports os" in mallory and "Your instructor has been told" in mallory
 
 
 def test_the_student_side_holds_no_secret_and_nothing_of_the_course(term):

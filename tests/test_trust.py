@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from autograder.harness.context import Student
+from autograder.rules import reaches_into_internals
 from autograder.sandbox.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
 
 LIMITS = Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)
@@ -160,12 +161,66 @@ def test_the_graders_objects_are_out_of_reach_by_any_spelling(worker):
 
 
 def test_the_static_reading_refuses_aliases_and_passes_the_notebooks_idiom():
-    from autograder.rules import reaches_into_internals
+
     assert reaches_into_internals("dtype = getattr(torch, VARIANT['dtype'])\n") is None
     assert reaches_into_internals("g = getattr\nname = 'floa' + 't32'\nx = g(torch, name)\n") is None  # checked as it runs
     for code in ("from sys import modules\n", "import sys\nsys.modules['guard']\n", "F.__builtins__['getattr']\n",
                  "f.__globals__\n", "from sys import _getframe\n", "frame.f_back.f_locals\n"):
         assert reaches_into_internals(code) is not None, code
+
+
+CONTEXT = ["import torch\nimport numpy as np\nimport torch.nn.functional as F\n"]
+# Each class of route a hostile reading found past the rule over names, by one example: modules that walk
+# the stack or read attributes by computed names, descriptors, raw memory, an alias of a module that a
+# public module holds, a refused name inside a format field, a class whose array interface points anywhere.
+ROUTES = {
+    "the call stack through a library": "import traceback\nframes = list(traceback.walk_stack(None))\n",
+    "attributes through a format field": "import string\nget = string.Formatter().get_field\n",
+    "a refused name in a field string": "value = get('0.f_globals', (frame,), {})\n",
+    "a descriptor written directly": "import os\nos.write(5, b'forged')\n",
+    "a descriptor opened as a file": "open(5, 'wb').write(b'forged')\n",
+    "an object's address": "where = id(counter)\n",
+    "raw strides over any memory": "view = np.lib.stride_tricks.as_strided(x, (1 << 20,), (1,))\n",
+    "a module held by a public one": "loaded = torch.sys.modules\n",
+    "a module bound to a new name": "s = torch.sys\nloaded = s.modules\n",
+    "an array interface at any address": "class Raw:\n    __array_interface__ = {'data': (0, False)}\n",
+    "attributes by computed names": "import operator\nget = operator.attrgetter(name)\n",
+    "a private part of torch": "version = x._version\n",
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_the_static_reading_is_deny_by_default_for_every_route_class(route):
+    assert reaches_into_internals(ROUTES[route], CONTEXT) is not None, route
+
+
+def test_honest_code_of_every_kind_the_course_writes_passes_the_reading():
+    honest = ("import math\nfrom typing import Optional\nfrom dataclasses import dataclass\n"
+              "import triton\nimport triton.language as tl\nfrom torch import nn\n"
+              "class Attention(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+              "        self._scale = 1 / math.sqrt(d)\n    def forward(self, q, k):\n"
+              "        return F.softmax(q @ k.transpose(-2, -1) * self._scale, dim=-1)\n"
+              "dtype = getattr(torch, 'bfloat16')\nif __name__ == '__main__':\n    print(Attention.__name__)\n")
+    assert reaches_into_internals(honest, CONTEXT) is None
+
+
+RUNTIME = """
+def array_interface(name):
+    return type("Raw", (), {name: {"data": (0, False), "shape": (8,), "typestr": "<u1", "version": 3}})
+def module_by_getattr(name):
+    return repr(getattr(torch, name))
+"""
+
+
+def test_a_computed_name_is_held_to_the_rule_as_the_code_runs(worker):
+    """What the reading cannot see, a name computed at run time, meets the same rule: a class made by
+    type() with a refused attribute, and a module outside the allowed ones reached by getattr."""
+    with submission(worker, RUNTIME) as student:
+        with pytest.raises(StudentError, match="refused"):
+            student.call("array_interface", "__array_" + "interface__")
+        with pytest.raises(StudentError, match="refused"):
+            student.call("module_by_getattr", "f" + "x")   # torch.fx: a module outside the allowed ones
+        assert "torch.float16" in student.call("module_by_getattr", "float16")["output"]
 
 
 FORGER = """
@@ -229,3 +284,57 @@ def test_the_child_cannot_read_or_write_its_own_memory_or_pipes_through_proc(wor
                            *((pipe, "wb") for pipe in pipes), *((pipe, "rb") for pipe in pipes)):
             assert student.call("through_proc", path, mode)["output"] in ("EACCES", "EPERM"), path
         assert student.call("through_proc", "/proc/self/status", "rb")["output"] == "opened"
+
+
+def _frame(value=None, raw=None):
+    import io
+    import struct
+    if raw is None:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        raw = buffer.getvalue()
+    return struct.pack("!Q", len(raw)) + raw
+
+
+@pytest.mark.parametrize("frame,reason", [
+    (_frame(raw=b"\x00" * 100), "unreadable message"),
+    (_frame(raw=b"cos\nsystem\n(S'touch /tmp/pwned'\ntR."), "unreadable message"),
+    (_frame(["dict", {"ok": ["py", True], "value": ["tensor", torch.zeros(1, dtype=torch.float64).expand(100000, 100000)]}]),
+     "over the size limit"),
+    (_frame(["list", [["list", [["list", [["py", 0]]]]]]] * 1), None),
+])
+def test_a_frame_on_the_pipe_is_read_with_limits_before_anything_uses_it(frame, reason):
+    """What the reply pipe carries is read as plain data with limits (no code runs, no amplified tensor is
+    touched), whoever wrote it: the grader's own reading, beside the nonce."""
+    import os
+
+    from autograder.sandbox.inside import protocol
+    read, write = os.pipe()
+    try:
+        os.write(write, frame)
+        if reason is None:
+            assert protocol.decode(protocol.read_message(read)) == [[[0]]]
+        else:
+            with pytest.raises(protocol.ProtocolError, match=reason):
+                protocol.decode(protocol.read_message(read))
+    finally:
+        os.close(read)
+        os.close(write)
+    assert not os.path.exists("/tmp/pwned")
+
+
+def test_a_deeply_nested_frame_is_refused():
+    import os
+
+    from autograder.sandbox.inside import protocol
+    nested = ["py", 0]
+    for _ in range(100):
+        nested = ["list", [nested]]
+    read, write = os.pipe()
+    try:
+        os.write(write, _frame(nested))
+        with pytest.raises(protocol.ProtocolError, match="nested more than"):
+            protocol.decode(protocol.read_message(read))
+    finally:
+        os.close(read)
+        os.close(write)

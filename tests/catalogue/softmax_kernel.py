@@ -123,7 +123,8 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: 
 
 ''' + SOLUTION[SOLUTION.index("def triton_softmax"):], loses=KERNEL_CALLS, says="not Triton that a GPU compiles"),
     # The thread is started when the cell runs, before any counted call: torch's count does not see
-    # another thread's work, and the grader holds the call itself to one thread.
+    # another thread's work, and the grader holds the call itself to one thread; the reading of the code
+    # refuses threads and queues in the first place (deny by default: reach.ALLOWED_MODULES).
     Gaming("torch's softmax in a thread started when the cell ran, a kernel launched for show", SOLUTION + '''
 
 import queue
@@ -146,7 +147,7 @@ def triton_softmax(x):
     _by_the_kernel(x)
     _asked.put(x)
     return _answered.get()
-''', loses=("the_kernel_does_the_work",), says="thread"),
+''', loses=KERNEL_CALLS, says="imports queue"),   # the reading flags it (the thread beside a counted call is seen, too)
     # The interpreter reached through vars() and built names, its load swapped during the call and put
     # back before it returns: the reading of the code flags it (and the wrappers would see the swap).
     Gaming("the interpreter's load swapped during the call and put back", SOLUTION + '''

@@ -242,7 +242,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     lse = torch.logsumexp(s, dim=-1)
     return torch.exp(s - lse[..., None]) @ v, lse
-''', loses=EVERY_TEST, says="PermissionError"),
+''', loses=EVERY_TEST, says="reaches os.memfd_create"),   # refused where it runs too (PermissionError)
     Gaming("the FLOP counter switched off during the call", _DIRECT_INTO + '''from torch.utils._python_dispatch import _disable_current_modes
 
 
@@ -267,7 +267,7 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     thread.start()
     thread.join()
     return found["out"], found["lse"]
-'''), loses=(SKIP, *MEASURED_MEMORY), says="thread"),
+'''), loses=EVERY_TEST, says="imports threading"),   # the reading flags it (a counted call runs alone, too)
     Gaming("every key tile's scores from element-wise products", changed(
         "        last_key = min(Sk, i1) if causal else Sk ", "        last_key = Sk ",
         "            s = q_tile @ k[:, :, j0:j1].to(work).transpose(-2, -1) ",
@@ -312,5 +312,5 @@ threading.Thread(target=_serve, daemon=True).start()
 def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     _JOBS.put((q, k, v, causal))
     return _DONE.get()
-'''), loses=(SKIP, *MEASURED_MEMORY), says="thread"),
+'''), loses=EVERY_TEST, says="imports queue"),   # the reading flags it (the thread beside a counted call is seen, too)
 ]

@@ -119,7 +119,7 @@ def run_cells(request):
             handle.write(text)
     results = []
     for index, cell in enumerate(request["cells"]):
-        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index, "nonce": request["nonce"]}))
+        protocol.write_message(REPLIES, protocol.encode({"event": "cell", "index": index, "nonce": request.get("nonce")}))
         label = cell["label"]
         earlier = [other["label"] for other in request["cells"][:index]]  # one file name a cell
         filename = f"<cell {label}>" if label not in earlier else f"<cell {label} #{index}>"
