@@ -97,7 +97,7 @@ class Reading:
     def __init__(self, tree, context=()):
         self.aliases = {}
         for source in (*context, tree):
-            self._bind(source if isinstance(source, ast.AST) else _parse(source))
+            self._bind(source if isinstance(source, ast.AST) or source is None else _parse(source))
         self.defined = {getattr(node, "name", None) or getattr(node, "id", None) or getattr(node, "attr", None)
                         or getattr(node, "arg", None)
                         for node in ast.walk(tree)
@@ -251,7 +251,7 @@ def reaches_into_internals(source, context=()):
     """(line, reason) of the first place where code reaches out of what a measured notebook's code may
     use (torch internals, the guard, the counters, the interpreter's frames and objects, files and
     descriptors); None for ordinary code.  context: the sources of the notebook's other cells, where the
-    names it uses for modules are bound.  Code that does not parse is read token by token, so a syntax
+    names it uses for modules are bound (as text, or parsed).  Code that does not parse is read token by token, so a syntax
     error elsewhere hides nothing."""
     tree = _parse(source)
     if tree is None:
@@ -280,7 +280,7 @@ def internals_flag(program, exercises):
     student-written code reaches into internals ('' when none)."""
     if not any(exercise.from_scratch or exercise.measured for exercise in exercises):
         return ""
-    context = [cell.source for cell in program.cells] if hasattr(program, "cells") else []
+    context = [_parse(cell.source) for cell in program.cells] if hasattr(program, "cells") else []  # parsed once
     for label, source in program.written.items():
         found = reaches_into_internals(source, context)
         if found:

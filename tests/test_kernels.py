@@ -68,6 +68,46 @@ def squared(x, keep):
     return out
 
 
+@triton.jit
+def unused_products_kernel(src, dst, BLOCK: tl.constexpr, HOW: tl.constexpr):
+    tile = tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    x = tl.load(src + tile)
+    product = tl.dot(x, x)
+    if HOW == 0:      # multiplied by zero before the store
+        out = x + product * 0.0
+    elif HOW == 1:    # in the branch of a tl.where that no lane chooses
+        out = tl.where(x == x, x, product)
+    else:             # kept: every lane takes the product
+        out = tl.where(x == x, product, x)
+    tl.store(dst + tile, out)
+
+
+def unused_products(x, how):
+    out = torch.empty_like(x)
+    unused_products_kernel[(1,)](x, out, BLOCK=16, HOW=how)
+    return out
+
+
+@triton.jit
+def add_zeros_kernel(src, dst, BLOCK: tl.constexpr):
+    tile = tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    x = tl.load(src + tile)
+    tl.store(dst + tile, x)
+    tl.atomic_add(dst + tile, tl.dot(x, x) * 0.0)
+
+
+def zeros_added(x):
+    out = torch.empty_like(x)
+    add_zeros_kernel[(1,)](x, out, BLOCK=16)
+    return out
+
+
+def overwritten(x):
+    out = double(x)
+    out.copy_(x * 0 + 7.0)   # the kernel stored 2x; the wrapper writes over it in place
+    return out
+
+
 PREPARED = torch.arange(16.0)   # made when the cell ran, before any call
 
 
@@ -171,6 +211,28 @@ def test_products_count_only_when_their_results_reach_a_store(student):
     thrown_away = student.call("squared", x, False, count=True)     # the tl.dot made, never stored
     assert torch.equal(thrown_away["output"], x + 1.0)
     assert thrown_away["work"].kernel_flops_made == 2 * 16 ** 3 and thrown_away["work"].kernel_flops == 0
+
+
+@pytest.mark.parametrize("how,kept", [(0, False), (1, False), (2, True)])
+def test_a_product_counts_only_if_the_stored_values_depend_on_it(student, how, kept):
+    """A product multiplied by zero, or in the branch of a tl.where that no lane chooses, never reaches
+    what is stored: made, not credited."""
+    x = torch.randn(16, 16)
+    work = student.call("unused_products", x, how, count=True)["work"]
+    assert work.kernel_flops_made >= 2 * 16 ** 3    # (and the multiply by zero's own)
+    assert work.kernel_flops == (2 * 16 ** 3 if kept else 0)
+
+
+def test_products_added_as_zeros_by_an_atomic_are_not_credited(student):
+    work = student.call("zeros_added", torch.randn(16, 16), count=True)["work"]
+    assert work.kernel_flops_made >= 2 * 16 ** 3 and work.kernel_flops == 0
+
+
+def test_an_output_written_over_after_the_kernel_stored_it_is_not_the_kernels(student):
+    x = torch.arange(40, dtype=torch.float32)
+    reply = student.call("overwritten", x, count=True)
+    assert torch.equal(reply["output"], torch.full((40,), 7.0))
+    assert reply["work"].output_stored == 0.0
 
 
 def test_a_kernel_launched_on_a_tensor_made_before_the_call_is_seen(student):

@@ -275,7 +275,7 @@ def test_a_hostile_notebook_gets_nothing_of_the_course_or_the_token(term):
     assert not [line for line in hidden + suites if json.dumps(line)[1:-1] in everything]
     mallory = next(body for repo, _, body in comments if repo == f"{PREFIX}mallory")
     # her code reaches for files and descriptors: the reading of it says so, and it earns nothing
-    assert "imports os" in mallory and "Your instructor has been told" in mallory
+    assert "reaches os." in mallory and "Your instructor has been told" in mallory
 
 
 def test_the_student_side_holds_no_secret_and_nothing_of_the_course(term):

@@ -125,6 +125,17 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: 
     # The thread is started when the cell runs, before any counted call: torch's count does not see
     # another thread's work, and the grader holds the call itself to one thread; the reading of the code
     # refuses threads and queues in the first place (deny by default: reach.ALLOWED_MODULES).
+    # An exponential by another name: e raised to a tensor, a tensor of e's raised to it (counter.py).
+    Gaming("the softmax from a tensor of e's raised to the scores, a kernel launched for show", SOLUTION + '''
+
+_by_the_kernel = triton_softmax
+
+
+def triton_softmax(x):
+    _by_the_kernel(x)
+    powers = torch.full_like(x.float(), 2.718281828459045) ** (x.float() - x.float().amax(-1, keepdim=True))
+    return (powers / powers.sum(-1, keepdim=True)).to(x.dtype)
+''', loses=("the_kernel_does_the_work",), says="exponential"),
     Gaming("torch's softmax in a thread started when the cell ran, a kernel launched for show", SOLUTION + '''
 
 import queue

@@ -250,6 +250,39 @@ def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
     with _disable_current_modes():
         return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
 ''', loses=EVERY_TEST, says="reaches into what enforces that"),
+    # Reaching what measures the call, each class by one route (rules.py, reach.py): the grader's modules
+    # through sys.modules, a forged reply written on the reply pipe, the counter's frame through the
+    # call stack, torch's internals by a name computed at run time.
+    Gaming("the guard and the counter looked up in sys.modules", _DIRECT_INTO + '''from sys import modules
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    counter = modules.get("counter")
+    return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
+''', loses=EVERY_TEST, says="imports modules from sys"),
+    Gaming("a reply of its own written on the reply pipe", _DIRECT_INTO + '''import os
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    for fd in range(3, 8):
+        try:
+            os.write(fd, b"")
+        except OSError:
+            pass
+    return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
+''', loses=EVERY_TEST, says="reaches os.write"),
+    Gaming("the counter's frame found through the call stack", _DIRECT_INTO + '''import traceback
+
+
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    frames = [frame for frame, _ in traceback.walk_stack(None)]
+    return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
+''', loses=EVERY_TEST, says="imports traceback"),
+    Gaming("torch's internals by a name built at run time", _DIRECT_INTO + '''
+def flash_attention(q, k, v, causal=False, block_q=64, block_k=64):
+    internals = getattr(torch, "_" + "C")
+    return _direct(q, k, v, causal, q.new_empty(*q.shape[:-1], k.shape[-2]))
+''', loses=EVERY_TEST, says="refused"),
     Gaming("every tile computed in a thread of its own", widened('''import threading
 
 

@@ -58,7 +58,7 @@ def prepare():
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
     without it they are compiled for the CUDA device, and Triton's driver is left for each child to
     make (worker.fresh_child)."""
-    global INTERPRETED, _begin, _end, _intact
+    global INTERPRETED, _begin, _end, _intact, _storages
     if INTERPRETED is not None:
         return
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -70,6 +70,8 @@ def prepare():
         _begin, _end, _intact = _install()
         import gpu_compiler
         gpu_compiler.warm()
+    import counter
+    _storages = counter.storages   # held here: the grader's modules leave sys.modules in a child
 
 
 def open_device(memory_mb):
@@ -130,7 +132,7 @@ def _install():
     run = interpreter.InterpretedFunction.run
 
     state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-             "program": (0, 0, 0), "read": [], "written": [], "replaced": False,
+             "program": (0, 0, 0), "read": [], "written": [], "stored": [], "replaced": False,
              "products": {}, "stored_products": set(), "launched": set()}
     wrappers = {}
     carrying_sets = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
@@ -173,34 +175,50 @@ def _install():
             state["read"].append(lanes)
         return originals["create_masked_load"](self, ptrs, mask, *rest)
 
-    def write(self, ptrs, value, mask, what):
+    def lanes_of(value, ptrs, mask):
+        """The value's elements at the unmasked lanes, in the order reach() gives their addresses."""
+        data = np.broadcast_to(np.asarray(value.data), np.shape(ptrs.data))
+        return data[np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)] if mask is not None else data.ravel()
+
+    def write(self, ptrs, value, mask, what, adds=False):
         """A store's or atomic's unmasked lanes: held to the launch's tensors, and noted while counting
-        (with the products whose results the stored value carries)."""
+        (with the products whose results the stored value carries: none when it adds only zeros, which
+        change nothing).  A store's values are kept, so that what the call returns can be held to them."""
         watched()
         lanes = reach(self, ptrs, mask, what)
         if state["counting"]:
             state["written"].append(lanes)
-            state["stored_products"] |= carried(value)
+            values = lanes_of(value, ptrs, mask)
+            if not (adds and values.size and not np.any(values)):
+                state["stored_products"] |= carried(value)
+            kept = None if adds or what != "tl.store" else np.ascontiguousarray(values).view(f"u{values.itemsize}").copy()
+            state["stored"].append((lanes, kept))   # the bits each lane stored (bfloat16 is uint16 here)
 
     def create_masked_store(self, ptrs, value, mask, *rest):
         write(self, ptrs, value, mask, "tl.store")
         return originals["create_masked_store"](self, ptrs, value, mask, *rest)
 
-    # Atomic operations read and write memory too: held to the same bounds, their writes noted.
+    # Atomic operations read and write memory too: held to the same bounds, their writes noted (what
+    # they leave there is not theirs alone: their values are not kept).
     def create_atomic_rmw(self, operation, ptrs, value, mask, *rest):
-        write(self, ptrs, value, mask, "an atomic operation")
+        write(self, ptrs, value, mask, "an atomic operation", adds="ADD" in str(operation).upper())
         return originals["create_atomic_rmw"](self, operation, ptrs, value, mask, *rest)
 
     def create_atomic_cas(self, ptrs, compare, value, *rest):
         write(self, ptrs, value, None, "tl.atomic_cas")
         return originals["create_atomic_cas"](self, ptrs, compare, value, *rest)
 
-    def product(out, flops, *operands):
-        """Note a product's FLOPs; its result carries them, with what its operands carried, until a store."""
+    def product(out, flops, *factors, added=()):
+        """Note a product's FLOPs; its result carries them, with what its operands carried, until a store.
+        A factor that is all zeros makes a result that depends on none of them: it carries only what is
+        added to it (an fma's or a dot's accumulator)."""
         state["flops"] += flops
         made = state["products"]
         made[len(made)] = flops
-        out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in operands))
+        if any(not np.any(np.asarray(factor.data)) for factor in factors):
+            out._products = _NONE.union(*(carried(operand) for operand in added))
+        else:
+            out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in (*factors, *added)))
         return out
 
     def create_dot(self, a, b, d, *rest):
@@ -209,7 +227,7 @@ def _install():
         if state["counting"]:
             m, k = np.shape(a.data)[-2:]
             product(out, 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k)
-                    * int(np.shape(b.data)[-1]), a, b, d)
+                    * int(np.shape(b.data)[-1]), a, b, added=(d,))
         return out
 
     def create_fmul(self, lhs, rhs):
@@ -223,7 +241,7 @@ def _install():
         watched()
         out = originals["create_fma"](self, a, b, c)
         if state["counting"]:
-            product(out, 2 * int(np.asarray(out.data).size), a, b, c)
+            product(out, 2 * int(np.asarray(out.data).size), a, b, added=(c,))
         return out
 
     def set_grid_idx(self, x, y, z):
@@ -288,6 +306,9 @@ def _install():
                 handle._products = handle._products | products
 
     def carrying(operation):
+        if operation.__name__ == "<lambda>" and operation is vars(builder).get("create_select"):
+            return selecting(operation)
+
         def wrapper(*args, **kwargs):
             out = operation(*args, **kwargs)
             products = _NONE
@@ -302,6 +323,22 @@ def _install():
             return out
         wrapper.__name__ = wrapper.__qualname__ = operation.__name__
         return wrapper
+
+    def selecting(operation):
+        """tl.where: the result carries what its condition carries, and each branch's products only where
+        some lane chooses that branch."""
+        def create_select(self, cond, lhs, rhs):
+            out = operation(self, cond, lhs, rhs)
+            chosen = np.broadcast_to(np.asarray(cond.data, dtype=bool), np.shape(out.data))
+            products = carried(cond)
+            if chosen.any():
+                products = products | carried(lhs)
+            if not chosen.all():
+                products = products | carried(rhs)
+            if products:
+                carry(out, products)
+            return out
+        return create_select
 
     # Put in place for a counted call only (Tally), so that no other call pays for them.
     operations = [(builder, name, operation) for name, operation in list(vars(builder).items())
@@ -340,15 +377,17 @@ def _install():
     def begin():
         start = {name: state[name] for name in FIELDS}
         state["read"], state["written"], state["products"], state["stored_products"] = [], [], {}, set()
+        state["stored"] = []
         state["launched"] = set()
         state["counting"] = True
         switch_carrying(True)
         return start
 
     def end(start):
-        """(counts, written, launched) since begin() gave `start`: flops, the products whose results
-        reached a store; flops_made, every product made; written, the addresses stored to; launched,
-        the storages the kernels were launched on."""
+        """(counts, written, launched, stored) since begin() gave `start`: flops, the products whose
+        results reached a store; flops_made, every product made; written, the addresses stored to;
+        launched, the storages the kernels were launched on; stored, the last value a tl.store left at
+        each address it wrote ({address: value}; an atomic's address maps to None)."""
         state["counting"] = False
         switch_carrying(False)
         counts = {name: state[name] - start[name] for name in FIELDS}
@@ -360,7 +399,11 @@ def _install():
         written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
         state["read"], state["written"] = [], []
         launched, state["launched"] = state["launched"], set()
-        return counts, written, launched
+        stored = {}
+        for lanes, values in state["stored"]:
+            stored.update(zip(lanes.tolist(), values.tolist() if values is not None else [None] * lanes.size))
+        state["stored"] = []
+        return counts, written, launched, stored
 
     def intact():
         """Whether every wrapper is in place and none was ever seen replaced."""
@@ -370,7 +413,7 @@ def _install():
 
 
 # Set by prepare() where the interpreter runs the kernels; elsewhere nothing is installed to count with.
-_begin = _end = _intact = None
+_begin = _end = _intact = _storages = None
 
 
 class Tally:
@@ -385,18 +428,19 @@ class Tally:
     def __exit__(self, *exc):
         import numpy as np
         if INTERPRETED:
-            self.counts, self.written, self.launched = _end(self.start)
+            self.counts, self.written, self.launched, self.stored = _end(self.start)
             self.intact = _intact()
         else:
             self.counts = {name: 0 for name in (*FIELDS, "flops_made", "distinct")}
-            self.written, self.launched, self.intact = np.zeros(0, dtype=np.uint64), set(), True
+            self.written, self.launched, self.intact, self.stored = np.zeros(0, dtype=np.uint64), set(), True, {}
         self.output_stored = self.foreign_tensors = None
         return False
 
     def note_call(self, output, arguments, made=None):
         """In Triton's interpreter, after the call: output_stored, the share of the elements of the
-        tensors it returned (a tensor, or a tuple or list of them) that a kernel stored during it (None
-        when it returned none); and, where the count saw what torch allocated during the call (`made`,
+        tensors it returned (a tensor, or a tuple or list of them) that a kernel stored during it and
+        that still hold what it stored (None when it returned none: an element the wrapper wrote over
+        afterwards, in place, is not the kernel's); and, where the count saw what torch allocated during the call (`made`,
         counter.Counted's storages), foreign_tensors: how many of the tensors its kernels were launched
         on are neither among the call's `arguments` (or views of them) nor so allocated, a tensor
         prepared before the call."""
@@ -405,9 +449,8 @@ class Tally:
         import numpy as np
         import torch
 
-        import counter
         if made is not None:
-            self.foreign_tensors = len(self.launched - counter.storages(arguments) - made)
+            self.foreign_tensors = len(self.launched - _storages(arguments) - made)
         tensors = [output] if isinstance(output, torch.Tensor) else \
             [item for item in output if isinstance(item, torch.Tensor)] if isinstance(output, (tuple, list)) else []
         stored = total = 0
@@ -418,6 +461,13 @@ class Tally:
             index = torch.as_strided(torch.arange(storage.nbytes() // tensor.element_size()), tensor.shape,
                                      tensor.stride(), tensor.storage_offset())
             where = np.uint64(storage.data_ptr()) + index.numpy().astype(np.uint64).ravel() * np.uint64(tensor.element_size())
-            stored += int(np.isin(where, self.written).sum())
+            kept = np.isin(where, self.written)
+            size = tensor.element_size()
+            bits = tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().view(f"u{size}")
+            for position in np.flatnonzero(kept):
+                value = self.stored.get(int(where[position]))
+                if value is not None and value < (1 << (8 * size)) and int(bits[position]) != value:
+                    kept[position] = False   # written over after the kernel stored it
+            stored += int(kept.sum())
             total += where.size
         self.output_stored = stored / total if total else None
