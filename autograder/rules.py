@@ -189,7 +189,23 @@ class Reading:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and internal(node.name):
             return f"defines {node.name} ({internal(node.name)})"
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return _string_reason(node.value)
+            return _string_reason(node.value) or self._as_code(node.value)
+        return ""
+
+    def _as_code(self, text):
+        """A string that is a Python expression may become code without eval: typing evaluates the
+        strings it is given as annotations (get_type_hints, a dataclass or NamedTuple made from names and
+        strings, functools.singledispatch).  Such a string is read as the code it is."""
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except (SyntaxError, ValueError):
+            return ""
+        if isinstance(tree.body, (ast.Name, ast.Constant)):
+            return ""   # a bare word or number: the reading of names and strings above has seen it
+        for node in ast.walk(tree):
+            reason = "" if isinstance(node, ast.Constant) else self.reason(node)
+            if reason:
+                return f"a string that is code: {reason}"
         return ""
 
     def _import_reason(self, node):

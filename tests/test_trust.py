@@ -186,6 +186,8 @@ ROUTES = {
     "an array interface at any address": "class Raw:\n    __array_interface__ = {'data': (0, False)}\n",
     "attributes by computed names": "import operator\nget = operator.attrgetter(name)\n",
     "a private part of torch": "version = x._version\n",
+    "code in a string typing evaluates": "import typing\ndef f(x: 'sys . modules'): pass\nhints = typing.get_type_hints(f)\n",
+    "code in a string a dataclass carries": "import dataclasses\nX = dataclasses.make_dataclass('X', [('a', 'frame . f_back')])\n",
 }
 
 

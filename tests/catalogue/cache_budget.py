@@ -36,8 +36,18 @@ cache_budget = {kind: float(math.floor(budget / bytes_)) for kind, bytes_ in per
 '''),
     # The notebook's own idiom, as its locked cell writes it: a name computed at run time, which the
     # reading of the code leaves to the cells' getattr (it reaches a dtype, nothing of the grader's).
-    Alternative("the dtype made from its name with getattr, as the locked cell does",
-                changed("dtype=CACHE_DTYPE", 'dtype=getattr(torch, VARIANT["dtype"])')),
+    Alternative("the dtype made from its name with getattr, as the locked cell does", '''DTYPE = getattr(torch, VARIANT["dtype"])
+available = VARIANT["budget_gib"] * 2**30
+per_kind = {}
+for kind in ("mha", "gqa", "mla"):
+    options = dict(n_layers=VARIANT["n_layers"], n_heads=VARIANT["n_heads"], d_head=VARIANT["d_head"], dtype=DTYPE)
+    if kind == "gqa":
+        options["n_kv_heads"] = VARIANT["n_kv_heads"]
+    elif kind == "mla":
+        options.update(d_latent=VARIANT["d_latent"], d_rope=VARIANT["d_rope"])
+    per_kind[kind] = available // kv_cache_bytes_per_token(kind, **options)
+cache_budget = per_kind
+'''),
 ]
 
 

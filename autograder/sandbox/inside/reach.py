@@ -52,7 +52,7 @@ INTERNAL_ATTRIBUTES = {
 PROTOCOL = {f"__{name}__" for name in (
     "init new call repr str len iter next getitem setitem delitem contains enter exit bool hash eq ne lt le gt ge "
     "add radd iadd sub rsub isub mul rmul imul matmul rmatmul truediv rtruediv floordiv mod pow neg pos abs "
-    "float int index round name qualname doc class module version annotations post_init slots all file "
+    "float int index round name qualname doc class module version post_init slots all file "
     "setstate getstate copy deepcopy format reversed missing init_subclass class_getitem main").split()}
 # The modules code in a notebook with measured or from-scratch exercises may use, deny by default: a
 # module is allowed with its name here, or under a name that ends in ".*" here.  Not here, among others:
