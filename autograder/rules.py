@@ -174,6 +174,9 @@ class Reading:
         if isinstance(node, ast.Attribute):
             if internal(node.attr):
                 return f"uses .{node.attr} ({internal(node.attr)})"
+            if node.attr in _MODULE_NAMES and self._dotted(node) is None:
+                return (f"uses .{node.attr} on a value the reading cannot follow (a module by that name is "
+                        f"{MODULE_WHY.get(node.attr, NOT_ALLOWED)})")
             if node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in self.defined:
                 return f"uses .{node.attr} (a private name of code it did not write)"
             reached = self._module_reached(node)
@@ -188,6 +191,8 @@ class Reading:
                 return f"uses {node.id} ({internal(node.id)})"
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and internal(node.name):
             return f"defines {node.name} ({internal(node.name)})"
+        if isinstance(node, ast.keyword) and node.arg and internal(node.arg):
+            return f"passes {node.arg}= ({internal(node.arg)})"
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return _string_reason(node.value) or self._as_code(node.value)
         return ""
@@ -230,6 +235,17 @@ class Reading:
 
 
 NOT_ALLOWED = "not among the modules a measured notebook's code may use"
+# Names of the modules that reach the interpreter's state, memory, descriptors or evaluation of text,
+# and of the parts of torch and NumPy below their public API: allowed modules hold some of them as
+# attributes (torch.os, torch.inspect, numpy.lib), so read on a value the reading cannot follow to its
+# module ([torch][0].inspect, a parameter's .os) such a name is refused.  sys and os are allowed for a
+# few attributes, which only a followed chain can check.  (Names that are also tensor methods, such as
+# select, are left out: the chain through an allowed module is still followed where it can be.)
+_MODULE_NAMES = frozenset("""os sys inspect builtins ctypes importlib gc traceback types pickle marshal io
+    subprocess threading _thread multiprocessing signal mmap socket string operator code codeop runpy pdb
+    timeit weakref atexit faulthandler tracemalloc ast dis linecache pkgutil zipimport shutil tempfile fcntl
+    posix asyncio concurrent lib ctypeslib fx jit overrides compiler export hub profiler""".split())
+
 MODULE_WHY = {"gc": "the garbage collector", "ctypes": "raw memory access", "torch._C": "torch internals",
               "torch.utils._python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
               "torch.utils.flop_counter": "torch's FLOP counter", "torch.library": "torch's operator registry",

@@ -188,6 +188,12 @@ ROUTES = {
     "a private part of torch": "version = x._version\n",
     "code in a string typing evaluates": "import typing\ndef f(x: 'sys . modules'): pass\nhints = typing.get_type_hints(f)\n",
     "code in a string a dataclass carries": "import dataclasses\nX = dataclasses.make_dataclass('X', [('a', 'frame . f_back')])\n",
+    # the second hostile reading's routes
+    "a module through a value the reading cannot follow": "m = [torch][0]\nframes = m.inspect.stack()\n",
+    "a module through a parameter": "def f(m):\n    return m.os.write(1, b'x')\n",
+    "typing's evaluator of computed annotations": "import typing\nhints = typing.get_type_hints(C)\n",
+    "a pickle loaded from bytes it wrote": "value = np.load('p.bin', allow_pickle=True)\n",
+    "a pickle allowed through a computed keyword": "value = np.load('p.bin', **{'allow_pickle': True})\n",
 }
 
 
@@ -222,6 +228,8 @@ def test_a_computed_name_is_held_to_the_rule_as_the_code_runs(worker):
             student.call("array_interface", "__array_" + "interface__")
         with pytest.raises(StudentError, match="refused"):
             student.call("module_by_getattr", "f" + "x")   # torch.fx: a module outside the allowed ones
+        with pytest.raises(StudentError, match="refused"):
+            student.call("module_by_getattr", "o" + "s")   # os: allowed for its paths, never as a value
         assert "torch.float16" in student.call("module_by_getattr", "float16")["output"]
 
 
