@@ -4,12 +4,10 @@ and the next child must find nothing.  The IPC objects and sockets are refused o
 submission's seccomp filter, sandbox/inside/confine.py); files are allowed only in the scratch space,
 which the worker empties once a submission's last child has ended."""
 
-import contextlib
-
 import pytest
 
-from autograder.harness.context import Student
-from autograder.sandbox.student import Cell, Limits, StudentProcess, Worker
+from autograder.sandbox.student import Limits
+from tests import sandboxes
 
 LIMITS = Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)
 CANARY = 0x5EC2E7
@@ -253,17 +251,11 @@ REFUSED = ("sysv_shm", "sysv_semaphore", "sysv_message", "posix_queue", "abstrac
 WIPED = ("scratch_file", "tmp_file", "posix_shared_memory", "fifo", "standard_streams")
 
 
-@pytest.fixture(scope="module")
-def worker():
-    with Worker(LIMITS) as worker:
-        worker.start()
-        yield worker
+worker = sandboxes.warm_worker(LIMITS)
 
 
-@contextlib.contextmanager
 def submission(worker):
-    with StudentProcess(worker, [Cell("0", CHANNELS)], LIMITS) as process:
-        yield Student(process)
+    return sandboxes.submission(worker, LIMITS, CHANNELS, prefix="")
 
 
 @pytest.mark.parametrize("channel", REFUSED + WIPED + ("inherited_mapping",))

@@ -1,7 +1,6 @@
 """The student process: isolation, time limits, what crosses the pipe, and what one submission can
 leave behind for the next one graded by the same warm worker (nothing)."""
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -9,23 +8,17 @@ import torch
 
 from autograder.harness.context import Student
 from autograder.sandbox.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
+from tests import sandboxes
 from tests.notebooks import ROOT
 
 LIMITS = Limits(call_timeout=2, cell_timeout=2, time_budget=60, memory_mb=2048)
 
 
-@pytest.fixture(scope="module")
-def worker():
-    with Worker(LIMITS) as worker:
-        worker.start()
-        yield worker
+worker = sandboxes.warm_worker(LIMITS)
 
 
-@contextlib.contextmanager
 def submission(worker, *sources, **limits):
-    cells = [Cell(str(i), "import torch\n" + source) for i, source in enumerate(sources)]
-    with StudentProcess(worker, cells, Limits(**{**vars(LIMITS), **limits})) as process:
-        yield Student(process)
+    return sandboxes.submission(worker, LIMITS, *sources, **limits)
 
 
 def test_runs_as_nobody_without_capabilities_or_course_files(worker):

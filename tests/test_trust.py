@@ -2,30 +2,21 @@
 student's process says about itself: whose fault an error is, whether a call ran out of time, and the
 memory a measured call is charged (the call runs where no other process of the submission is alive)."""
 
-import contextlib
-
 import pytest
 import torch
 
-from autograder.harness.context import Student
 from autograder.rules import reaches_into_internals
-from autograder.sandbox.student import Cell, Limits, StudentCrash, StudentError, StudentProcess, StudentTimeout, Worker
+from autograder.sandbox.student import Limits, StudentCrash, StudentError, StudentTimeout
+from tests import sandboxes
 
 LIMITS = Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)
 
 
-@pytest.fixture(scope="module")
-def worker():
-    with Worker(LIMITS) as worker:
-        worker.start()
-        yield worker
+worker = sandboxes.warm_worker(LIMITS)
 
 
-@contextlib.contextmanager
 def submission(worker, *sources):
-    cells = [Cell(str(i), "import torch\n" + source) for i, source in enumerate(sources)]
-    with StudentProcess(worker, cells, LIMITS) as process:
-        yield Student(process)
+    return sandboxes.submission(worker, LIMITS, *sources)
 
 
 NAMED_LIKE_THE_GRADER = """
