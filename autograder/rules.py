@@ -25,7 +25,7 @@ import tokenize
 import types
 
 from autograder.sandbox import inside_modules
-from autograder.sandbox.inside.reach import PROTOCOL, allowed_attribute, allowed_module, internal
+from autograder.sandbox.inside.reach import PROTOCOL, allowed_attribute, allowed_module, internal, private
 
 FROM_SCRATCH_MESSAGE = ("No credit: this exercise must be written from scratch, but your code calls "
                         "torch's built-in attention (torch.nn.functional.scaled_dot_product_attention, "
@@ -81,8 +81,8 @@ def _on_disk(name):
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         packages = [os.path.join(folder, part) for folder in folders if os.path.isdir(os.path.join(folder, part))]
-        if last and (packages or any(name.startswith(part + ".") and name.endswith((".py", ".so"))
-                                     for folder in folders if os.path.isdir(folder) for name in os.listdir(folder))):
+        if last and (packages or any(entry.startswith(part + ".") and entry.endswith((".py", ".so"))
+                                     for folder in folders if os.path.isdir(folder) for entry in os.listdir(folder))):
             return True
         folders = packages
     return not parts
@@ -118,8 +118,9 @@ class Reading:
                         self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
             elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
                 dotted = self._dotted(node.value)
-                if dotted and isinstance(self._resolve(dotted), types.ModuleType):
-                    self.aliases[node.targets[0].id] = self._resolve(dotted).__name__
+                value = self._resolve(dotted) if dotted else None
+                if isinstance(value, types.ModuleType):
+                    self.aliases[node.targets[0].id] = value.__name__
 
     @staticmethod
     def _is_module(package, name):
@@ -175,13 +176,12 @@ class Reading:
             if internal(node.attr):
                 return f"uses .{node.attr} ({internal(node.attr)})"
             if node.attr in _MODULE_NAMES and self._dotted(node) is None:
-                return (f"uses .{node.attr} on a value the reading cannot follow (a module by that name is "
-                        f"{MODULE_WHY.get(node.attr, NOT_ALLOWED)})")
-            if node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in self.defined:
+                return f"uses .{node.attr} on a value the reading cannot follow (a module by that name is {_why(node.attr)})"
+            if private(node.attr) and node.attr not in self.defined:
                 return f"uses .{node.attr} (a private name of code it did not write)"
             reached = self._module_reached(node)
             if reached:
-                return f"reaches {reached}: {MODULE_WHY.get(reached.split('.')[0] if reached.split('.')[0] in ('sys', 'os') else reached, NOT_ALLOWED)}"
+                return f"reaches {reached}: {_why(reached)}"
         if isinstance(node, ast.Name):
             if node.id in INTERNAL_NAMES:
                 return f"uses {node.id} ({INTERNAL_NAMES[node.id]})"
@@ -222,15 +222,15 @@ class Reading:
             names = [f"{node.module}.{alias.name}" if self._is_module(node.module, alias.name) else node.module
                      for alias in node.names]
             for alias in node.names:
-                if internal(alias.name) or (alias.name.startswith("_") and not alias.name.startswith("__")):
+                if internal(alias.name) or private(alias.name):
                     return f"imports {alias.name} from {node.module} ({internal(alias.name) or 'a private name'})"
                 if not allowed_attribute(node.module, alias.name):
-                    return f"imports {alias.name} from {node.module}: {MODULE_WHY.get(node.module, NOT_ALLOWED)}"
+                    return f"imports {alias.name} from {node.module}: {_why(node.module)}"
         for name in names:
             if name.split(".")[0] in SANDBOX_MODULES:
                 return f"imports {name} (the grader's own code in the sandbox)"
             if not allowed_module(name):
-                return f"imports {name}: {MODULE_WHY.get(name, NOT_ALLOWED)}"
+                return f"imports {name}: {_why(name)}"
         return ""
 
 
@@ -256,6 +256,11 @@ MODULE_WHY = {"gc": "the garbage collector", "ctypes": "raw memory access", "tor
               "operator": "attributes by a name computed at run time (attrgetter, methodcaller)",
               "triton.runtime": "Triton's launcher and interpreter (the grader counts a kernel's work there)",
               "numpy.lib": "raw strides over any memory (numpy.lib.stride_tricks)"}
+
+
+def _why(name):
+    """Why a module (or one of its attributes, "os.write") is out of bounds, in a few words."""
+    return MODULE_WHY.get(name) or MODULE_WHY.get(name.split(".")[0]) or NOT_ALLOWED
 
 
 def _string_reason(text):
@@ -300,7 +305,7 @@ def _by_tokens(source):
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type == tokenize.NAME and (internal(token.string) or token.string in INTERNAL_NAMES
-                                                or token.string in ("gc", "ctypes", "sys", "os")):
+                                                or token.string in _MODULE_NAMES):   # nothing can be followed
                 return token.start[0], f"uses {token.string}"
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass

@@ -127,7 +127,7 @@ class Work:
     exponentials: int
     kernels: bool                 # the kernels' share was counted (a kernel assignment's call)
     interpreted: bool = False     # ... in Triton's interpreter (on the CUDA device it is not: all zero)
-    torch_elementwise: int = 0    # floating-point results of torch's other computing operators
+    torch_elementwise: int = 0    # results of torch's other computing operators (booleans aside)
     launches: int = 0
     programs: int = 0
     addressed: int = 0

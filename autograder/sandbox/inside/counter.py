@@ -23,6 +23,7 @@ worker checks after the call that the counter is still the active mode and still
 no work moves to a thread the mode does not see.
 """
 
+import functools
 import math
 
 import torch
@@ -87,8 +88,8 @@ EXPONENTIALS = {aten.exp, aten.exp_, aten.exp2, aten.exp2_, aten.expm1, aten._so
 EXPONENTIAL_OVERLOADS = {aten.pow.Scalar, aten.float_power.Scalar, aten.pow.Tensor_Tensor, aten.pow_.Tensor,
                          aten.float_power.Tensor_Tensor, aten.float_power_.Tensor}
 
-# Everything else torch computes is counted too, by default: each floating-point element an operator
-# outside COSTS and EXPONENTIALS produces is one unit of `elementwise` work (a division, a reciprocal, a
+# Everything else torch computes is counted too, by default: each element (floating point or integer) an
+# operator outside COSTS and EXPONENTIALS produces is one unit of `elementwise` work (a division, a reciprocal, a
 # sum: attention written without products or exponentials is still torch's work).  Free are only the
 # operators that compute nothing: views (their result aliases an input), allocations, copies and
 # conversions, and the ones that move or select elements without arithmetic.
@@ -115,17 +116,18 @@ REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
            (torch.UntypedStorage, ("tolist",)), (torch.TypedStorage, ("tolist",)))
 
 
+@functools.lru_cache(maxsize=None)
 def _aliases_an_input(func):
     """A view: the operator's result is (part of) one of its inputs, written nowhere."""
     return any(ret.alias_info is not None and not ret.alias_info.is_write for ret in func._schema.returns)
 
 
-def _floating_elements(out):
+def _computed_elements(out):
     """The numbers an operator computed: every element but booleans (integer arithmetic is arithmetic)."""
     if isinstance(out, torch.Tensor):
         return out.numel() if out.dtype is not torch.bool else 0
     if isinstance(out, (tuple, list)):
-        return sum(_floating_elements(item) for item in out)
+        return sum(_computed_elements(item) for item in out)
     return 0
 
 
@@ -148,9 +150,9 @@ def _make():
                 try:
                     total[0] += int(cost(args, out))
                 except (TypeError, ValueError, IndexError):
-                    elementwise[0] += _floating_elements(out)   # charged, not ignored
+                    elementwise[0] += _computed_elements(out)   # charged, not ignored
             elif func.overloadpacket not in FREE and not _aliases_an_input(func):
-                elementwise[0] += _floating_elements(out)
+                elementwise[0] += _computed_elements(out)
             return out
 
     def read():
@@ -271,7 +273,7 @@ class Work:
                       every interpreter wrapper in place and never seen replaced
       torch_flops     the products torch's dispatcher ran (COSTS), exponentials: its exp and softmax
                       operators (EXPONENTIALS, EXPONENTIAL_OVERLOADS)
-      torch_elementwise  the floating-point elements every other operator torch ran produced, unless it
+      torch_elementwise  the elements every other operator torch ran produced (booleans aside), unless it
                       is FREE (a view, an allocation, a copy, a selection): complete by default
       kernels         whether the kernels' share was counted; then interpreted (False on the CUDA
                       device, where it is not counted: all zero), launches, programs, addressed,

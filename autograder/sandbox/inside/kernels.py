@@ -132,7 +132,7 @@ def _install():
     run = interpreter.InterpretedFunction.run
 
     state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-             "program": (0, 0, 0), "read": [], "written": [], "stored": [], "replaced": False,
+             "program": (0, 0, 0), "read": [], "stored": [], "replaced": False,
              "products": {}, "stored_products": set(), "launched": set()}
     wrappers = {}
     carrying_sets = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
@@ -187,7 +187,6 @@ def _install():
         watched()
         lanes = reach(self, ptrs, mask, what)
         if state["counting"]:
-            state["written"].append(lanes)
             values = lanes_of(value, ptrs, mask)
             if not (adds and values.size and not np.any(values)):
                 state["stored_products"] |= carried(value)
@@ -376,8 +375,7 @@ def _install():
 
     def begin():
         start = {name: state[name] for name in FIELDS}
-        state["read"], state["written"], state["products"], state["stored_products"] = [], [], {}, set()
-        state["stored"] = []
+        state["read"], state["stored"], state["products"], state["stored_products"] = [], [], {}, set()
         state["launched"] = set()
         state["counting"] = True
         switch_carrying(True)
@@ -394,10 +392,10 @@ def _install():
         counts["flops_made"] = counts["flops"]
         counts["flops"] = sum(state["products"][index] for index in state["stored_products"])
         state["products"], state["stored_products"] = {}, set()
-        read, written = state["read"], state["written"]
+        read, written = state["read"], [lanes for lanes, _ in state["stored"]]   # stores' and atomics' lanes
         counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
         written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
-        state["read"], state["written"] = [], []
+        state["read"] = []
         launched, state["launched"] = state["launched"], set()
         stored = {}
         for lanes, values in state["stored"]:

@@ -18,43 +18,47 @@ private helpers).  This file runs on both sides of the wall; it imports nothing 
 import builtins
 import types
 
-# Attributes that reach torch internals, the guard, or what a function keeps hidden.
-INTERNAL_ATTRIBUTES = {
-    "_C": "torch internals (torch._C)", "ops": "torch's operator namespace (torch.ops)",
-    "library": "torch's operator registry (torch.library)", "_ops": "torch internals",
-    "__closure__": "a function's closure", "__defaults__": "a function's hidden defaults",
-    "__kwdefaults__": "a function's hidden defaults", "__wrapped__": "the function behind a wrapper",
-    "__globals__": "another module's globals", "__code__": "another function's code",
-    "cell_contents": "a function's closure", "__builtins__": "the interpreter's built-ins",
-    "__dict__": "an object's attributes as a dictionary (a way around the names this reading checks)",
-    "__getattribute__": "attributes by a name computed at run time", "__setattr__": "attributes set by a computed name",
-    "__delattr__": "attributes removed by a computed name", "modules": "loaded modules (sys.modules), the grader's among them",
-    "interpreter": "Triton's interpreter (the grader counts a kernel's work there)",
-    "InterpreterBuilder": "Triton's interpreter (the grader counts a kernel's work there)",
-    "interpreter_builder": "Triton's interpreter (the grader counts a kernel's work there)",
-    "GridExecutor": "Triton's interpreter (the grader counts a kernel's work there)", "get_objects": "the garbage collector",
-    "code_generator": "Triton's compiler (the grader checks a kernel's body with it)",
-    "CodeGenerator": "Triton's compiler (the grader checks a kernel's body with it)",
-    "get_referrers": "the garbage collector", "get_referents": "the garbage collector",
-    "_destroy": "torch's operator registry", "_library": "the grader's guard", "_refuse": "the grader's guard",
-    "GUARD": "the grader's guard", "_python_dispatch": "torch's dispatch modes (the grader's FLOP counter is one)",
-    "flop_counter": "torch's FLOP counter", "_disable_current_modes": "torch's dispatch modes",
-    "_pop_mode": "torch's dispatch modes", "_push_mode": "torch's dispatch modes",
-    "_get_current_dispatch_mode": "torch's dispatch modes", "_get_current_dispatch_mode_stack": "torch's dispatch modes",
-    "_DisableTorchDispatch": "torch's dispatch modes", "_unset_dispatch_mode": "torch's dispatch modes",
-    "_getframe": "the interpreter's call stack (the grader's frames below the submission's)",
-    "_current_frames": "the interpreter's call stack", "f_back": "the interpreter's call stack",
-    "f_globals": "another frame's globals", "f_locals": "another frame's variables", "tb_frame": "the call stack",
-    "gi_frame": "the call stack", "cr_frame": "the call stack", "ag_frame": "the call stack",
-    "settrace": "a tracer that sees every frame", "setprofile": "a profiler that sees every frame",
-    # The allowed modules' own evaluators of strings as code (typing evaluates annotations).
-    "get_type_hints": "code evaluated from strings (typing)", "ForwardRef": "code evaluated from strings (typing)",
-    "_eval_type": "code evaluated from strings (typing)", "singledispatch": "code evaluated from annotations",
-    "singledispatchmethod": "code evaluated from annotations",
-    # Deserialisers that run code: a pickle loaded from bytes the submission wrote.
-    "allow_pickle": "a pickle loaded from bytes (code that runs as it loads)",
-    "weights_only": "a pickle loaded from bytes (code that runs as it loads)",
+# Attributes that reach torch internals, the guard, the counters, the call stack or what a function keeps
+# hidden, by what each reaches.
+_REACHES = {
+    'torch internals (torch._C)': '_C',
+    "torch's operator namespace (torch.ops)": 'ops',
+    "torch's operator registry (torch.library)": 'library',
+    'torch internals': '_ops',
+    "a function's closure": '__closure__ cell_contents',
+    "a function's hidden defaults": '__defaults__ __kwdefaults__',
+    'the function behind a wrapper': '__wrapped__',
+    "another module's globals": '__globals__',
+    "another function's code": '__code__',
+    "the interpreter's built-ins": '__builtins__',
+    "an object's attributes as a dictionary (a way around the names this reading checks)": '__dict__',
+    'attributes by a name computed at run time': '__getattribute__',
+    'attributes set by a computed name': '__setattr__',
+    'attributes removed by a computed name': '__delattr__',
+    "loaded modules (sys.modules), the grader's among them": 'modules',
+    "Triton's interpreter (the grader counts a kernel's work there)":
+        'interpreter InterpreterBuilder interpreter_builder GridExecutor',
+    'the garbage collector': 'get_objects get_referrers get_referents',
+    "Triton's compiler (the grader checks a kernel's body with it)": 'code_generator CodeGenerator',
+    "torch's operator registry": '_destroy',
+    "the grader's guard": '_library _refuse GUARD',
+    "torch's dispatch modes (the grader's FLOP counter is one)": '_python_dispatch',
+    "torch's FLOP counter": 'flop_counter',
+    "torch's dispatch modes":
+        "_disable_current_modes _pop_mode _push_mode _get_current_dispatch_mode _get_current_dispatch_mode_stack "
+        "_DisableTorchDispatch _unset_dispatch_mode",
+    "the interpreter's call stack (the grader's frames below the submission's)": '_getframe',
+    "the interpreter's call stack": '_current_frames f_back',
+    "another frame's globals": 'f_globals',
+    "another frame's variables": 'f_locals',
+    'the call stack': 'tb_frame gi_frame cr_frame ag_frame',
+    'a tracer that sees every frame': 'settrace',
+    'a profiler that sees every frame': 'setprofile',
+    'code evaluated from strings (typing)': 'get_type_hints ForwardRef _eval_type',
+    'code evaluated from annotations': 'singledispatch singledispatchmethod',
+    'a pickle loaded from bytes (code that runs as it loads)': 'allow_pickle weights_only',
 }
+INTERNAL_ATTRIBUTES = {name: reason for reason, names in _REACHES.items() for name in names.split()}
 # The data model's ordinary double-underscore names: a class defines and calls them.
 PROTOCOL = {f"__{name}__" for name in (
     "init new call repr str len iter next getitem setitem delitem contains enter exit bool hash eq ne lt le gt ge "
@@ -111,6 +115,11 @@ def internal(name):
     return ""
 
 
+def private(name):
+    """A single-underscore name: a module's or a class's own, not the data model's."""
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _own(value):
     """Defined by the submission: an instance or a class of a class its cells defined."""
     cls = value if isinstance(value, type) else type(value)
@@ -123,7 +132,7 @@ def refused(value, name):
     why = internal(name)
     if not why and isinstance(value, types.ModuleType) and not allowed_attribute(value.__name__, name):
         why = f"{value.__name__}.{name}, outside what this course's measured notebooks may use of {value.__name__}"
-    if not why and name.startswith("_") and not name.startswith("__") and not _own(value):
+    if not why and private(name) and not _own(value):
         why = "a private name of code the submission did not write"
     return why
 
