@@ -49,6 +49,13 @@ $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m compileall -qq -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	touch $@
 
+# checkov, the policy scanner the tests run on the Kubernetes manifests, in a virtual environment of
+# its own: its pins contradict the course's (requirements-checkov.txt says which).
+$(VENV)/checkov/.installed: requirements-checkov.txt
+	python3 -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/python -m pip install --quiet --no-compile -r requirements-checkov.txt
+	touch $@
+
 # Student code runs inside bubblewrap; install it where we may (root with apt-get).
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || \
@@ -70,7 +77,7 @@ report: setup
 	$(GRADER) report --out $(OUT)
 
 ## The course's own test suite (what CI runs).
-test: setup
+test: setup $(VENV)/checkov/.installed
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## Final scores as Canvas's and Moodle's grade imports (canvas.csv, moodle.csv beside grades.csv).

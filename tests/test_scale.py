@@ -6,6 +6,7 @@ through Slurm as an array of shards and a merge, and compared, file by file, wit
 the same part on this machine: grades.csv, the wide export, every feedback file and the gradebook.
 """
 
+import copy
 import csv
 import filecmp
 import json
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 from nbgrader.api import Gradebook
@@ -171,6 +173,8 @@ def test_kubernetes_manifests_grade_the_same_shards(pod_shards):
     assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
     assert pod["automountServiceAccountToken"] is False
     assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "HOME", "value": "/tmp"} in pod["containers"][0]["env"]   # the grader's cache: the pod's /tmp
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "course"
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == str(ROOT) == pod["containers"][0]["workingDir"]
     assert (policy["kind"], policy["spec"]["ingress"], policy["spec"]["egress"]) == ("NetworkPolicy", [], [])
@@ -216,3 +220,67 @@ def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(pod_shards, tmp
     assert process.returncode == 0, process.stderr
     with open(tmp_path / "merged" / "grades.csv") as handle:
         assert [row["student"] for row in csv.DictReader(handle)] == ["ada_perfect"]
+
+
+# -- the manifests as a cluster would take them: Kubernetes' own schemas and an admin's policy scanner
+
+IMAGE = "registry.example.edu/attention-course@sha256:" + "5e" * 32   # by digest, as docs/scale.md asks
+CHECKOV = ROOT / ".venv" / "checkov" / "bin" / "checkov"                  # make test installs it
+# checkov's checks the manifests fail on purpose, each with its reason (docs/scale.md, "What a scanner says")
+SKIPPED = {"CKV_K8S_21": "no namespace is written: kubectl apply -n, or the context's, puts the Jobs in the one the "
+                         "cluster's admin gave the course"}
+UNCONFINED = {("CKV_K8S_31", "Job.default.grade"): "the grading pods' seccomp profile is Unconfined: bubblewrap makes "
+                                                   "the student's sandbox from user namespaces and mounts, which the "
+                                                   "runtime's default profile refuses; it loads its own filter"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The two files `make k8s-manifests` writes (its command, as the Makefile runs it)."""
+    folder = tmp_path_factory.mktemp("k8s")
+    process = run_grader("k8s-manifests", "--shards", "4", "--jobs", "2", "--image", IMAGE, "--claim",
+                         "attention-course", "--output", folder / "grading-k8s.yaml")
+    assert process.returncode == 0, process.stderr
+    return folder, [folder / "grading-k8s.yaml", folder / "grading-k8s-merge.yaml"]
+
+
+def test_the_manifests_hold_to_the_schemas_of_every_supported_kubernetes(written):
+    """kubernetes-validate in strict mode (a field Kubernetes does not know is refused, not ignored), for
+    each version docs/scale.md supports."""
+    _, files = written
+    documents = [doc for file in files for doc in yaml.safe_load_all(file.read_text())]
+    assert [(doc["kind"], doc["metadata"]["name"]) for doc in documents] == \
+        [("Job", "grade"), ("NetworkPolicy", "grade-no-network"), ("Job", "grade-merge")]
+    for version in kubernetes.SUPPORTED:
+        for document in documents:
+            kubernetes_validate.validate(document, f"{version}.0", strict=True)   # ValidationError otherwise
+    typo = copy.deepcopy(documents[0])
+    typo["spec"]["backoffLimitPerIndx"] = typo["spec"].pop("backoffLimitPerIndex")
+    unknown = copy.deepcopy(documents[0])
+    unknown["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRoot"] = True
+    for wrong in (typo, unknown):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(wrong, f"{kubernetes.SUPPORTED[-1]}.0", strict=True)
+
+
+def test_a_policy_scanner_finds_only_what_the_sandbox_needs(written):
+    """checkov's Kubernetes checks, as a cluster's admin runs them on the written files: every one
+    passes but the skipped and the expected failures above, each with its reason."""
+    folder, _ = written
+    assert CHECKOV.exists(), "checkov is not installed: make test installs it into .venv/checkov"
+    process = subprocess.run([str(CHECKOV), "--directory", str(folder), "--framework", "kubernetes", "--output", "json",
+                              "--skip-download", "--skip-check", ",".join(SKIPPED)], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "BC_SKIP_MAPPING": "TRUE"})
+    report = json.loads(process.stdout)
+    results = report["results"]
+    failed = {(check["check_id"], check["resource"]) for check in results["failed_checks"]}
+    assert failed == set(UNCONFINED), process.stdout[:2000]
+    assert process.returncode == 1   # checkov's own word for a failed check
+    ran = {check["check_id"] for check in results["passed_checks"] + results["failed_checks"]}
+    assert not ran & set(SKIPPED) and {"CKV_K8S_31", "CKV_K8S_22"} <= ran   # skipped by id, the others run
+    passed = {check["check_id"] for check in results["passed_checks"]}
+    # what an admin looks for first, passed by both Jobs' pods: non-root with a high UID, a read-only root,
+    # no privilege escalation, no capabilities, requests and limits, no token, the image by digest
+    assert {"CKV_K8S_23", "CKV_K8S_40", "CKV_K8S_22", "CKV_K8S_20", "CKV_K8S_37", "CKV_K8S_28", "CKV_K8S_10",
+            "CKV_K8S_11", "CKV_K8S_12", "CKV_K8S_13", "CKV_K8S_38", "CKV_K8S_43", "CKV_K8S_16"} <= passed
+    assert ("CKV_K8S_31", "Job.default.grade-merge") in {(c["check_id"], c["resource"]) for c in results["passed_checks"]}

@@ -8,8 +8,15 @@
                          Kubernetes has no dependencies between Jobs
 
 Every pod mounts the course checkout (with its .venv and the submissions) from one shared volume
-claim, runs as a user that is not root, and may not gain privileges.  Kubernetes does the
-scheduling, retries (backoffLimitPerIndex) and bookkeeping; the shard folders say which finished.
+claim and an empty /tmp (its HOME: the grader's cache), and is held to what a cluster's admission
+policies look for: a user that is not root (a high UID), a read-only root filesystem, no privilege
+escalation, every capability dropped, no service-account token, requests equal to limits, the image
+pulled every time.  The grading pods' seccomp and AppArmor profiles are Unconfined: bubblewrap makes
+the student's sandbox from unprivileged user namespaces and mounts in them, which the container
+runtime's default profiles refuse (it loads its own seccomp filter for the student's code); the merge
+pod runs nothing of a student's and keeps the runtime's default seccomp profile (docs/scale.md).
+Kubernetes does the scheduling, retries (backoffLimitPerIndex) and bookkeeping; the shard folders say
+which finished.
 """
 
 import shlex
@@ -17,9 +24,15 @@ import shlex
 import yaml
 
 LABEL = "autograder.grading"
+# The Kubernetes versions the manifests are written for (backoffLimitPerIndex is GA from 1.33), each
+# checked against its own schemas in the tests
+SUPPORTED = ("1.33", "1.34", "1.35", "1.36", "1.37")
+SCRATCH = "2Gi"    # the pod's /tmp (and HOME): the grader's temporary files and cache
 
 
-def _pod(name, command, *, image, claim, mount, user, cpus, memory):
+def _pod(name, command, *, image, claim, mount, user, cpus, memory, sandbox):
+    """A pod's template; `sandbox`: it grades, so bubblewrap needs namespaces and mounts of its own."""
+    unconfined = {"type": "Unconfined"}
     return {
         "metadata": {"labels": {LABEL: name}},
         "spec": {
@@ -27,23 +40,28 @@ def _pod(name, command, *, image, claim, mount, user, cpus, memory):
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": user, "runAsGroup": user, "fsGroup": user,
-                                "seccompProfile": {"type": "Unconfined"}},  # bubblewrap makes its own namespaces
+                                "seccompProfile": unconfined if sandbox else {"type": "RuntimeDefault"},
+                                **({"appArmorProfile": unconfined} if sandbox else {})},
             "containers": [{
                 "name": "grade",
                 "image": image,
+                "imagePullPolicy": "Always",
                 "workingDir": mount,
                 "command": ["/bin/sh", "-c", command],
+                "env": [{"name": "HOME", "value": "/tmp"}],
                 "resources": {"requests": {"cpu": str(cpus), "memory": memory},
                               "limits": {"cpu": str(cpus), "memory": memory}},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                "volumeMounts": [{"name": "course", "mountPath": mount}],
+                "securityContext": {"runAsNonRoot": True, "privileged": False, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "course", "mountPath": mount}, {"name": "tmp", "mountPath": "/tmp"}],
             }],
-            "volumes": [{"name": "course", "persistentVolumeClaim": {"claimName": claim}}],
+            "volumes": [{"name": "course", "persistentVolumeClaim": {"claimName": claim}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": SCRATCH}}],
         },
     }
 
 
-def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6Gi", user=1000,
+def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6Gi", user=10001,
               mount="/course", submitted="submitted", out="grading", retries=2, selection=(), gradebook="gradebook.db",
               autograded="autograded"):
     """([the Indexed Job, the NetworkPolicy], [the merge Job]): two lists of Kubernetes objects, applied
@@ -62,7 +80,7 @@ def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {LABEL: name}},
         "spec": {"completionMode": "Indexed", "completions": shards, "parallelism": parallelism or shards,
                  "backoffLimitPerIndex": retries, "maxFailedIndexes": shards,
-                 "template": _pod(name, grade, cpus=jobs, memory=memory, **common)}}
+                 "template": _pod(name, grade, cpus=jobs, memory=memory, sandbox=True, **common)}}
     no_network = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": f"{name}-no-network", "labels": {LABEL: name}},
@@ -71,7 +89,7 @@ def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6
     merge_job = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-merge", "labels": {LABEL: name}},
         "spec": {"completions": 1, "backoffLimit": retries,
-                 "template": _pod(name, merge, cpus=1, memory="2Gi", **common)}}
+                 "template": _pod(name, merge, cpus=1, memory="2Gi", sandbox=False, **common)}}
     return [shards_job, no_network], [merge_job]
 
 
