@@ -32,7 +32,7 @@ SLURM_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup sandbox grade serve report test check exercise release sample-class bench merge student-kit gradescope \
+.PHONY: setup sandbox grade serve check-server report test check exercise release sample-class bench merge student-kit gradescope \
         push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants
 
 setup: $(VENV)/.installed sandbox
@@ -71,6 +71,12 @@ grade: setup
 ## A grading service that keeps torch, the suites and started sandboxes warm for make grade (until Ctrl-C).
 serve: setup
 	$(GRADER) serve $(if $(JOBS),--jobs $(JOBS))
+
+## Students' notebooks graded on demand, over HTTP, as they call check() (course.yml's checks:, docs/checks.md;
+## until Ctrl-C): ASSIGNMENT=id for one, JOBS=n grading processes, PORT=n.
+check-server: setup
+	$(GRADER) check-server --out $(COURSE_OUT) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(JOBS),--jobs $(JOBS)) \
+	  $(if $(PORT),--port $(PORT))
 
 ## Item analysis of what make grade wrote.
 report: setup

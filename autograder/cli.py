@@ -1,6 +1,7 @@
 """Command line: python -m autograder COMMAND ...; `--help` on each says more.
 
-    grading       grade (one notebook), grade-class, serve (keeps both warm), merge (shards),
+    grading       grade (one notebook), grade-class, serve (keeps both warm), check-server
+                  (students' notebooks graded on demand), merge (shards),
                   grade-slurm, k8s-manifests, gradescope (inside Gradescope's image), report,
                   manual-score
     delivery      release, student-kit, gradescope-zip, collect-push, post-push, variants (each
@@ -236,6 +237,16 @@ def _serve(args, course):
                          lambda line: print(line, flush=True), main)
 
 
+def _check_server(args, course):
+    from autograder import classroom
+    from autograder.ondemand import server
+
+    if course.limits.sandboxed:
+        _check_sandbox(course)
+    return server.serve(course, args.assignment, args.jobs or classroom.default_jobs(), args.out, args.port,
+                        lambda line: print(line, flush=True))
+
+
 def _merge(args, course):
     from autograder import classroom
     results = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
@@ -463,6 +474,16 @@ def parser():
     service.add_argument("--jobs", type=int, default=0, help="sandboxes kept started (default: one per core)")
     service.add_argument("--status", action="store_true", help="print the running service's state and exit")
     service.set_defaults(run=_serve)
+
+    checks = commands.add_parser("check-server", help="grade students' notebooks on demand over HTTP, as they "
+                                                      "check() them (course.yml's checks:, docs/checks.md)")
+    checks.add_argument("--assignment", action="append", help="an assignment to check (default: those whose "
+                                                              "checks course.yml opens)")
+    checks.add_argument("--jobs", type=int, default=0, help="grading processes (default: one per core)")
+    checks.add_argument("--port", type=int, default=None, help="the port (default: course.yml's, 8765; 0: any free one)")
+    checks.add_argument("--out", default="grading", help="the output folder; checks are recorded in "
+                                                         "<out>/checks/checks.jsonl")
+    checks.set_defaults(run=_check_server)
 
     merge = commands.add_parser("merge", help="combine the output folders of --shard runs into one")
     merge.add_argument("shards", nargs="+", help="output folders of grade-class --shard runs")

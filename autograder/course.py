@@ -2,7 +2,7 @@
 
 import functools
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -29,6 +29,46 @@ class Limits:
     @property
     def sandboxed(self):
         return self.sandbox != "none"
+
+
+CHECK_SHOWS = ("causes", "tests", "total")   # how much a check answers: see CheckPolicy
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """course.yml's `checks:` of an assignment: whether a student may have a notebook graded on demand by
+    the check server (autograder/ondemand/), until when, how often, and how much its answer shows
+    (causes: each test with its feedback and named cause; tests: passed or failed per test; total: the
+    score alone)."""
+    open: bool = False
+    per_hour: int = 10
+    shows: str = "causes"
+    late_hours: float = 0.0         # `until: due + 48h`: hours after the due date that checks stay open
+    until: datetime = None          # `until: <ISO date>`: when checks close, whatever the due date
+
+    def closes(self, due):
+        """When checks close (an aware datetime), or None where nothing closes them."""
+        if self.until is not None:
+            return self.until
+        return None if due is None else due + timedelta(hours=self.late_hours)
+
+
+@dataclass(frozen=True)
+class CheckServer:
+    """course.yml's `checks: server:`: where the check server listens, what address the student kit names,
+    its TLS certificate and key (none: plain HTTP, for loopback), how many checks may wait, how large a
+    notebook it takes."""
+    host: str = "127.0.0.1"
+    port: int = 8765
+    url: str = ""                   # what students' kits call; default: http(s)://host:port
+    certificate: str = ""
+    key: str = ""
+    queue: int = 64
+    max_mb: int = 16                # the largest notebook a check takes (413 beyond)
+
+    @property
+    def address(self):
+        return self.url or f"{'https' if self.certificate else 'http'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -92,6 +132,7 @@ class Assignment:
     summary: str = ""         # what it teaches, in a line (the README's table of assignments)
     kernels: str = ""         # "triton": its answers are Triton kernels (run by Triton's interpreter without a GPU)
     packages: tuple = ()      # what it needs beyond the course's core, pinned in requirements.txt (e.g. triton)
+    checks: CheckPolicy = field(default_factory=CheckPolicy)  # course.yml's checks: (the check server's policy)
 
     @property
     def exercises(self):
@@ -131,6 +172,7 @@ class Course:
     ai_policy: Path = None          # the student kit's rules for AI assistants (AGENTS.md, CLAUDE.md); None: none
     released: tuple = None          # course.yml's explicit list of released assignments, if given
     variant_secret: str = ""        # where the secret of per-student variants lives (variants.py's default)
+    check_server: CheckServer = field(default_factory=CheckServer)  # course.yml's checks: server:
 
     @property
     def gradebook_url(self):
@@ -249,6 +291,53 @@ def _exercise(raw, where):
     return exercise
 
 
+CHECK_POLICY_KEYS = ("open", "until", "per_hour", "shows")
+
+
+def _check_policy(raw, default, where):
+    """course.yml's checks: policy keys (the course's defaults, or an assignment's overrides of them)."""
+    if raw is None:
+        return default
+    if not isinstance(raw, dict) or set(raw) - set(CHECK_POLICY_KEYS) - ({"server"} if where == "checks" else set()):
+        raise CourseError(f"{where}: checks takes {', '.join(CHECK_POLICY_KEYS)}"
+                          + (" and server" if where == "checks" else ""))
+    policy = replace(default, open=bool(raw.get("open", default.open)))
+    if "per_hour" in raw:
+        if type(raw["per_hour"]) is not int or raw["per_hour"] < 1:
+            raise CourseError(f"{where}: checks per_hour must be a whole number of checks, 1 or more")
+        policy = replace(policy, per_hour=raw["per_hour"])
+    if "shows" in raw:
+        if raw["shows"] not in CHECK_SHOWS:
+            raise CourseError(f"{where}: checks shows must be one of {', '.join(CHECK_SHOWS)}, not {raw['shows']!r}")
+        policy = replace(policy, shows=raw["shows"])
+    if "until" in raw:
+        until = str(raw["until"]).replace(" ", "")
+        if until.startswith("due"):
+            hours = until[3:].removeprefix("+").removesuffix("h") or "0"
+            try:
+                policy = replace(policy, until=None, late_hours=float(hours))
+            except ValueError:
+                raise CourseError(f"{where}: checks until must be due, due + <hours>h or an ISO 8601 date and "
+                                  f"time, not {raw['until']!r}") from None
+        else:
+            policy = replace(policy, until=parse_due(raw["until"], where, "checks until"), late_hours=0.0)
+    return policy
+
+
+def _check_server(raw):
+    """course.yml's checks: server: (where the check server listens; docs/checks.md)."""
+    allowed = set(CheckServer.__dataclass_fields__)
+    if not isinstance(raw, dict) or set(raw) - allowed:
+        raise CourseError(f"checks: server takes {', '.join(sorted(allowed))}")
+    try:
+        server = CheckServer(**{key: type(getattr(CheckServer, key))(value) for key, value in raw.items()})
+    except (TypeError, ValueError) as error:
+        raise CourseError(f"checks: server: {error}") from None
+    if bool(server.certificate) != bool(server.key):
+        raise CourseError("checks: server needs both certificate and key for TLS, or neither")
+    return server
+
+
 def _slurm_settings(raw):
     """course.yml's slurm: section (what grade-slurm asks Slurm for when its options leave it out)."""
     allowed = {"partition", "account", "time", "mem", "sbatch_options"}
@@ -267,6 +356,7 @@ def load_course(path=None):
     except (OSError, yaml.YAMLError) as error:
         raise CourseError(f"cannot read {path}: {error}") from None
     default_limits = _limits(Limits(), raw.get("limits") or {}, "limits")
+    checks = _check_policy(raw.get("checks"), CheckPolicy(), "checks")
     assignments = []
     for raw_assignment in raw.get("assignments") or []:
         where = f"assignment {raw_assignment.get('id')}"
@@ -279,6 +369,7 @@ def load_course(path=None):
             summary=str(raw_assignment.get("summary", "")),
             kernels=_kernels(raw_assignment.get("kernels"), where),
             packages=_packages(raw_assignment.get("packages"), where),
+            checks=_check_policy(raw_assignment.get("checks"), checks, where),
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
             due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None,
@@ -309,4 +400,5 @@ def load_course(path=None):
                   path=path, slurm=_slurm_settings(raw.get("slurm") or {}), name=str(raw.get("name", "course")), assignments=assignments, root=path.parent,
                   limits=default_limits, late_policy=late_policy,
                   torch_index_url=torch_index_url, ai_policy=ai_policy,
-                  variant_secret=str(raw.get("variant_secret") or ""))
+                  variant_secret=str(raw.get("variant_secret") or ""),
+                  check_server=_check_server((raw.get("checks") or {}).get("server") or {}))

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from autograder.course import CourseError
+from autograder.ondemand.tokens import hand_out
 from autograder.schedule import kit_assignments, now
 from autograder.variants import FILENAME, KEY_FILE, Variants, has_variants
 
@@ -27,7 +28,7 @@ KIT_FILES = Path(__file__).resolve().parent / "kit"
 
 # The packages a student needs to run the notebooks and their visible checks (pinned like the
 # course's own requirements.txt; torch must be exactly this version).
-STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "notebook", "ipykernel")
+STUDENT_PACKAGES = ("torch", "numpy", "matplotlib", "notebook", "ipykernel", "httpx")   # httpx: check.py
 
 
 def _requirement_lines(course):
@@ -127,6 +128,7 @@ def build_student_kit(course, folder, moment=None, student=None):
         for name in ("AGENTS.md", "CLAUDE.md"):
             shutil.copyfile(course.ai_policy, folder / name)
     shutil.copyfile(KIT_FILES / "self_check.py", folder / "self_check.py")
+    hand_out(course, folder, chosen, student)   # check.py, and a student's check-server.json (ondemand/)
     workflow = folder / ".github" / "workflows" / "self-check.yml"
     workflow.parent.mkdir(parents=True)
     shutil.copyfile(KIT_FILES / "self-check.yml", workflow)

@@ -106,6 +106,46 @@ def markdown(by_assignment, rows, flagged=()):
     return "\n".join(lines)
 
 
+def _handed_in(layout, student, assignment):
+    """When a student handed an assignment in (its graded record's submitted_at), or None."""
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat((layout.read_record(student, assignment) or {}).get("submitted_at") or "")
+    except (TypeError, ValueError):
+        return None
+
+
+def checks_markdown(out, order=()):
+    """report.md's section on the checks on demand (ondemand/ledger.py): per assignment, the students who
+    checked, their checks before handing in, and the causes the checks named most often; "" without checks."""
+    from collections import Counter
+    from datetime import datetime
+
+    from autograder.ondemand.ledger import read
+    entries = read(out)
+    if not entries:
+        return ""
+    layout, rank = Layout(out), {assignment: index for index, assignment in enumerate(order)}
+    lines = ["## Checks before submission", "",
+             "Checks on demand (make check-server) recorded in checks/checks.jsonl: how often each student checked "
+             "before handing in, and the named causes the checks found most often.", "",
+             "| assignment | students who checked | checks before handing in: median, most | failed checks | "
+             "most frequent causes (checks) |", "|---|---|---|---|---|"]
+    for assignment in sorted({e["assignment"] for e in entries}, key=lambda a: (rank.get(a, len(rank)), a)):
+        mine = [e for e in entries if e["assignment"] == assignment]
+        before = Counter()
+        for entry in mine:
+            handed_in = _handed_in(layout, entry["student"], assignment)
+            if handed_in is None or datetime.fromisoformat(entry["at"]) <= handed_in:
+                before[entry["student"]] += 1
+        causes = Counter(cause for entry in mine for cause in entry.get("causes") or [])
+        counts = sorted(before.values()) or [0]
+        lines.append(f"| {assignment} | {len({e['student'] for e in mine})} | {statistics.median(counts):g}, "
+                     f"{counts[-1]} | {sum(e.get('status') == 'failed' for e in mine)} | "
+                     + ("; ".join(f"{cause} ({n})" for cause, n in causes.most_common(5)) or "none") + " |")
+    return "\n".join(lines + [""])
+
+
 def write_report(out, folder=None, order=(), course=None):
     """report.md, item_analysis.csv and scores.png; assignments in `order` (the course's) first;
     with the course, also the integrity report (integrity.py) and its sections in report.md."""
@@ -127,5 +167,7 @@ def write_report(out, folder=None, order=(), course=None):
         from autograder.layout import Layout
         *_, lines = write_integrity(course, Layout(out), folder)
         text += "\n" + "\n".join(lines)
+    checks = checks_markdown(out, order)   # the checks on demand before submission, where any were made
+    text += ("\n" + checks) if checks else ""
     write_atomic(folder / "report.md", text)
     return folder

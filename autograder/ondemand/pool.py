@@ -1,0 +1,239 @@
+"""The check server's warm grading processes, and the fair queue in front of them.
+
+The server's process primes what grading needs once (classroom.prime: the suites, the reference
+solutions), then forks grading processes as a class run does, each handed a sandbox started for it
+(jail.Started).  Each one opens a grader (grading.open_grader) and grades one posted notebook at a time
+through the grader's front door, Grader.grade_submission, with the student's id (their variant
+numbers) and the time of the check (what the feedback policy shows): exactly what make grade runs.
+
+Checks wait in a FairQueue: one line per student, served in turn, each line at most PER_STUDENT long
+and the whole at most the server's `queue`, so a student's flood costs that student, not the others.
+A grading process that dies, or holds a check past its assignment's time budget and a margin, is
+replaced (a new sandbox, a new fork) and the check it held is answered as a fault of the grader.
+"""
+
+import asyncio
+import collections
+import ctypes
+import logging
+import multiprocessing
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from autograder.grading import open_grader
+from autograder.results import to_record
+from autograder.sandbox.jail import Started
+
+log = logging.getLogger("autograder")
+
+PER_STUDENT = 2        # checks one student may have waiting (check() waits for each answer)
+HUNG_MARGIN = 60.0     # seconds past the assignment's time budget after which a grading process is replaced
+PR_SET_PDEATHSIG = 1
+START_WAIT = 120.0     # seconds a grading process waits for its sandbox before saying it is ready anyway
+
+
+class Full(Exception):
+    """The queue cannot take this check now: one line for the student."""
+
+
+class GradingFault(Exception):
+    """The grading process failed on this check (it is replaced)."""
+
+
+@dataclass
+class Job:
+    student: str
+    assignment: object      # course.Assignment
+    notebook: object        # course.Notebook
+    data: bytes             # the notebook file as posted
+    now: datetime           # the time of the check
+    future: asyncio.Future = None
+    queued: float = field(default_factory=time.monotonic)
+
+    def order(self):
+        return {"student": self.student, "assignment": self.assignment.id, "notebook": self.notebook.name,
+                "data": self.data, "now": self.now}
+
+
+class FairQueue:
+    """Checks waiting, in one line per student; take() serves the students in turn."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.lines = collections.OrderedDict()   # student -> deque of Jobs, in the order they are served
+
+    def __len__(self):
+        return sum(len(line) for line in self.lines.values())
+
+    def put(self, job):
+        if len(self.lines.get(job.student, ())) >= PER_STUDENT:
+            raise Full(f"you have {PER_STUDENT} checks waiting already; wait for their answers")
+        if len(self) >= self.capacity:
+            raise Full("the check server is busy with other students' checks")
+        self.lines.setdefault(job.student, collections.deque()).append(job)
+
+    def take(self):
+        student, line = next(iter(self.lines.items()))
+        job = line.popleft()
+        if line:
+            self.lines.move_to_end(student)   # the others' turn first
+        else:
+            del self.lines[student]
+        return job
+
+
+def grade_posted(grader, course, order):
+    """One posted notebook graded through the front door, in a folder of its own; its record (to_record)."""
+    assignment = course.assignment(order["assignment"])
+    notebook = next(nb for nb in assignment.notebooks if nb.name == order["notebook"])
+    with tempfile.TemporaryDirectory(prefix="check-") as folder:
+        path = Path(folder) / notebook.filename
+        path.write_bytes(order["data"])
+        result = grader.grade_submission(assignment, folder, order["student"], notebooks={notebook.name: path},
+                                         exercises=tuple(exercise.id for exercise in notebook.exercises),
+                                         now=order["now"])
+    return to_record(result)
+
+
+def _grading_process(course, assignments, sandbox, connection, others):
+    """The body of one grading process: grade what comes on `connection` until it closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server's to handle
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)   # and it dies with the server
+    for other in others:
+        other.close()   # the other processes' pipes: theirs see an end when they end
+
+    def body(grader):
+        deadline = time.monotonic() + START_WAIT
+        while not grader.worker.sandbox.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)   # ready once its sandbox has imported torch: a first check does not wait for it
+        connection.send(("ready", None))
+        while True:
+            try:
+                order = connection.recv()
+            except EOFError:
+                return
+            try:
+                connection.send(("graded", grade_posted(grader, course, order)))
+            except Exception as error:   # the grader's fault: this check is answered 500, the next is graded
+                log.exception("check of %s/%s failed", order.get("student"), order.get("notebook"))
+                connection.send(("failed", f"{type(error).__name__}: {error}"))
+    open_grader(course, body, assignments, sandbox)
+
+
+@dataclass
+class Slot:
+    process: multiprocessing.Process
+    connection: object
+    sandbox: Started
+    ready: bool = False
+    job: Job = None
+    since: float = 0.0
+
+
+class Pool:
+    """`jobs` grading processes for the given assignments and the queue in front of them; use within a
+    running asyncio loop (tornado's): submit() returns a future of the graded record."""
+
+    def __init__(self, course, assignments, jobs, capacity):
+        self.course, self.assignments, self.jobs = course, list(assignments), jobs
+        chosen = [course.assignment(assignment) for assignment in self.assignments]
+        self.warm, self.kernels = course.uses_compiler_stack(*chosen), course.kernel_kind(*chosen)
+        self.queue = FairQueue(capacity)
+        self.context = multiprocessing.get_context("fork")
+        self.slots = []
+        self.seconds = collections.deque(maxlen=20)   # the last checks' grading seconds (for Retry-After)
+        self.all_ready = asyncio.Event()   # every grading process has said it is ready, once
+
+    def start(self):
+        for _ in range(self.jobs):
+            self.slots.append(self._spawn())
+
+    def _spawn(self):
+        sandbox = Started.take(self.course.limits.sandboxed, self.warm, self.kernels)
+        ours, theirs = self.context.Pipe()
+        process = self.context.Process(target=_grading_process, daemon=True,
+                                       args=(self.course, self.assignments, sandbox, theirs,
+                                             [slot.connection for slot in self.slots]))
+        process.start()
+        sandbox.release()   # the grading process holds it now
+        theirs.close()
+        slot = Slot(process, ours, sandbox)
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._readable, slot)
+        return slot
+
+    def submit(self, job):
+        job.future = asyncio.get_running_loop().create_future()
+        self.queue.put(job)   # Full goes to the caller
+        self._dispatch()
+        return job.future
+
+    def retry_after(self):
+        """Seconds after which a refused check may find room: the queue's share of the graders' time."""
+        typical = sum(self.seconds) / len(self.seconds) if self.seconds else 5.0
+        return max(1, round(typical * (len(self.queue) / max(1, self.jobs) + 1)))
+
+    def _dispatch(self):
+        for slot in list(self.slots):
+            while slot.ready and slot.job is None and self.queue.lines:
+                job = self.queue.take()
+                if job.future.done():   # its client left
+                    continue
+                slot.job, slot.since = job, time.monotonic()
+                try:
+                    slot.connection.send(job.order())
+                except OSError:
+                    self._replace(slot, "its grading process could not be reached")
+
+    def _readable(self, slot):
+        try:
+            kind, payload = slot.connection.recv()
+        except (EOFError, OSError, ValueError):
+            self._replace(slot, "its grading process stopped")
+            return
+        if kind == "ready":
+            slot.ready = True
+            if all(other.ready for other in self.slots) and len(self.slots) == self.jobs:
+                self.all_ready.set()
+        elif slot.job is not None:
+            job, slot.job = slot.job, None
+            self.seconds.append(time.monotonic() - slot.since)
+            if not job.future.done():
+                if kind == "graded":
+                    job.future.set_result(payload)
+                else:
+                    job.future.set_exception(GradingFault(payload))
+        self._dispatch()
+
+    def watch(self):
+        """Replace a grading process that holds a check past its time budget and a margin (called now and then)."""
+        for slot in list(self.slots):
+            if slot.job is not None and time.monotonic() - slot.since > slot.job.assignment.limits.time_budget + HUNG_MARGIN:
+                self._replace(slot, "its grading process did not answer in time")
+
+    def _replace(self, slot, why):
+        log.error("check server: %s; starting another", why)
+        self._stop(slot)
+        if slot.job is not None and not slot.job.future.done():
+            slot.job.future.set_exception(GradingFault(why))
+        self.slots[self.slots.index(slot)] = self._spawn()
+        self._dispatch()
+
+    def _stop(self, slot):
+        asyncio.get_running_loop().remove_reader(slot.connection.fileno())
+        slot.connection.close()
+        if slot.process.is_alive():
+            slot.process.kill()
+        slot.process.join(timeout=10)
+        slot.sandbox.stop()
+
+    def close(self):
+        for slot in self.slots:
+            self._stop(slot)
+        self.slots = []
+        for job in (job for line in self.queue.lines.values() for job in line):
+            if not job.future.done():
+                job.future.set_exception(GradingFault("the check server stopped"))

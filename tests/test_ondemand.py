@@ -1,0 +1,234 @@
+"""The check server (autograder/ondemand/), started for real on loopback once for the module, on a copy
+of the course whose course.yml opens checks of masks and attention_basics (and closes scaled_attention's
+at its due date): what a student's check() gets back, and what it never gets."""
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from autograder.course import load_course
+from autograder.ondemand import ledger, tokens
+from autograder.ondemand.pool import PER_STUDENT, FairQueue, Full, Job
+from autograder.report import checks_markdown
+from autograder.suites import test_causal_mask
+from tests.catalogue.causal_mask import MISTAKES
+from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
+from tests.test_course import solution_lines
+from tests.test_variants import by_hand_written_out
+
+PER_HOUR = 3
+ANSWERS = []   # every response body of the module, scanned at its end
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The check server of a copy of the course (its course.yml; the rest linked), one grading process."""
+    root = tmp_path_factory.mktemp("checked")
+    raw = yaml.safe_load((ROOT / "course.yml").read_text())
+    raw["assignments"] = [a for a in raw["assignments"] if a["id"] in ("masks", "attention_basics", "scaled_attention")]
+    raw["checks"] = {"open": True, "until": "2099-01-01T00:00:00Z", "per_hour": PER_HOUR, "server": {"max_mb": 1}}
+    for assignment in raw["assignments"]:
+        assignment["checks"] = {"attention_basics": {"shows": "tests"}, "scaled_attention": {"until": "due"}}.get(
+            assignment["id"], {})
+    (root / "course.yml").write_text(yaml.safe_dump(raw))
+    for name in ("solutions", "exercises", "requirements.txt"):
+        (root / name).symlink_to(ROOT / name)
+    process = subprocess.Popen([sys.executable, "-m", "autograder", "--course", root / "course.yml", "check-server",
+                                "--jobs", "1", "--port", "0", "--out", root / "out"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        for _ in range(1200):
+            if any("check server ready" in line for line in lines) or process.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert any("check server ready" in line for line in lines), "".join(lines)
+        address = re.search(r"listening at (http://\S+),", "".join(lines)).group(1)
+        yield {"url": address, "root": root, "course": load_course(root / "course.yml"), "lines": lines}
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def post(server, student, notebook, assignment="masks", token=None, content=None):
+    token = tokens.issue(server["course"], student) if token is None else token
+    body = {"student": student, "assignment": assignment, "notebook": Path(notebook).name,
+            "content": Path(notebook).read_text() if content is None else content}
+    response = httpx.post(server["url"] + "/check", json=body, timeout=300,
+                          headers={"Authorization": f"Bearer {token}"} if token else {})
+    ANSWERS.append((response.text, body["content"]))
+    return response
+
+
+def masks_with(tmp_path, answers=None):
+    return make_submission("masks", {**solution_answers("masks"), **(answers or {})}, tmp_path)[0]
+
+
+def test_the_perfect_notebook_gets_full_marks_and_is_recorded(server, tmp_path):
+    response = post(server, "alice", masks_with(tmp_path))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["score"] == answer["max_score"] == COURSE.assignment("masks").max_score
+    assert answer["tests"] and all(test["passed"] for test in answer["tests"])
+    assert "**Score: 22 / 22**" in answer["markdown"]
+    recorded = [e for e in ledger.read(server["root"] / "out") if e["student"] == "alice"]
+    assert recorded[-1]["score"] == 22 and recorded[-1]["status"] == "graded"
+
+
+def test_a_catalogue_mistake_gets_its_named_cause(server, tmp_path):
+    mistake = next(m for m in MISTAKES if m.cause == "upper_triangle")
+    response = post(server, "bob", masks_with(tmp_path, {"causal_mask": mistake.code}))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    failed = {test["test"].removeprefix("test_") for test in answer["tests"] if not test["passed"]}
+    assert failed and failed <= set(mistake.fails)
+    cause = test_causal_mask.CAUSES["upper_triangle"]
+    assert any(cause in test.get("feedback", "") for test in answer["tests"]) and cause in answer["markdown"]
+    assert cause in answer["causes"]
+    assert cause in [c for e in ledger.read(server["root"] / "out") if e["student"] == "bob" for c in e["causes"]]
+    assert cause in checks_markdown(server["root"] / "out")   # make report's most frequent causes
+
+
+def test_a_missing_wrong_or_another_students_token_is_refused(server, tmp_path):
+    notebook = masks_with(tmp_path)
+    assert post(server, "alice", notebook, token="").status_code == 401
+    assert post(server, "alice", notebook, token="not-a-token").status_code == 401
+    forged = tokens.issue(server["course"], "alice", key=b"k" * 32)   # signed with another key
+    assert post(server, "alice", notebook, token=forged).status_code == 401
+    refused = post(server, "alice", notebook, token=tokens.issue(server["course"], "bob"))
+    assert refused.status_code == 403 and refused.json() == {"error": "this token is not alice's"}
+
+
+def test_each_student_is_graded_on_their_own_numbers(server, tmp_path):
+    answers = {**solution_answers("attention_basics"), "by_hand": by_hand_written_out("alice")}
+    notebook = make_submission("attention_basics", answers, tmp_path)[0]
+
+    def by_hand(student):
+        response = post(server, student, notebook, assignment="attention_basics")
+        assert response.status_code == 200, response.text
+        return {test["test"]: test["passed"] for test in response.json()["tests"] if test["exercise"] == "by_hand"}
+    assert all(by_hand("alice").values())
+    theirs = by_hand("bob")   # alice's numbers are not bob's
+    assert not theirs["test_scores"] and not theirs["test_context"]
+
+
+def test_a_policy_that_shows_tests_only_sends_no_feedback_text(server):
+    shown = [json.loads(text) for text, _ in ANSWERS if '"assignment": "attention_basics"' in text]
+    assert shown and all(answer["shows"] == "tests" for answer in shown)
+    assert all("feedback" not in test for answer in shown for test in answer["tests"])
+    assert all("```" not in answer["markdown"] for answer in shown)
+
+
+def test_the_hourly_limit_answers_429_with_retry_after(server, tmp_path):
+    notebook = tmp_path / "masks.ipynb"
+    notebook.write_text("not a notebook")
+    for _ in range(PER_HOUR):
+        answered = post(server, "carol", notebook)
+        assert answered.status_code == 200 and answered.json()["reason"]   # graded: nothing of it runs
+    refused = post(server, "carol", notebook)
+    assert refused.status_code == 429 and "an hour is the limit" in refused.json()["error"]
+    assert 0 < int(refused.headers["Retry-After"]) <= 3600
+    assert post(server, "dave", notebook).status_code == 200   # another student's limit is their own
+
+
+def test_after_the_due_date_the_check_is_refused_with_the_date(server, tmp_path):
+    notebook = make_submission("scaled_attention", {}, tmp_path)[0]
+    refused = post(server, "alice", notebook, assignment="scaled_attention")
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "checks of scaled_attention closed at 2026-10-05 08:00 UTC (the due date)"
+
+
+def test_malformed_and_oversized_requests_get_one_line(server):
+    headers = {"Authorization": f"Bearer {tokens.issue(server['course'], 'alice')}"}
+    for body, status, error in ((b"{", 400, "the body is not JSON"),
+                                (json.dumps({"student": "alice"}).encode(), 400, "the request has no assignment (a string)"),
+                                (b"x" * (2 << 20), 413, "the notebook is larger than the 1 MB a check takes")):
+        response = httpx.post(server["url"] + "/check", content=body, headers=headers, timeout=60)
+        assert response.status_code == status and response.json() == {"error": error}
+
+
+HOSTILE = '''import os, signal
+for target in (os.getppid(), -1):
+    try:
+        os.kill(target, signal.SIGKILL)
+    except Exception:
+        pass
+try:
+    while True:
+        os.fork()
+except Exception:
+    pass
+try:
+    hoard = bytearray(1 << 40)
+except MemoryError:
+    pass
+
+
+def causal_mask(seq_len, device=None):
+    return None
+'''
+
+
+def test_a_hostile_notebook_is_held_in_its_sandbox_and_the_next_check_is_answered(server, tmp_path):
+    hostile = post(server, "mallory", masks_with(tmp_path / "mallory", {"causal_mask": HOSTILE}))
+    assert hostile.status_code in (200, 500), hostile.text
+    if hostile.status_code == 200:
+        assert hostile.json()["score"] < hostile.json()["max_score"]
+    answered = post(server, "erin", masks_with(tmp_path / "erin"))
+    assert answered.status_code == 200 and answered.json()["score"] == 22
+    status = httpx.get(server["url"] + "/status", timeout=10).json()
+    assert status["graders"] == status["ready"] == 1
+
+
+def test_the_kits_check_py_posts_the_saved_notebook_and_prints_the_feedback(server, tmp_path):
+    kit = tmp_path / "kit"
+    masks_with(kit / "masks")
+    tokens.hand_out(server["course"], kit, [server["course"].assignment("masks")], "frank")
+    kit_file = json.loads((kit / tokens.KIT_FILE).read_text())
+    assert kit_file["student"] == "frank" and (kit / "masks" / "check.py").is_file()
+    kit_file["server"] = server["url"]   # the port this test's server took
+    (kit / tokens.KIT_FILE).write_text(json.dumps(kit_file))
+    printed = subprocess.run([sys.executable, "check.py", "masks.ipynb"], cwd=kit / "masks", capture_output=True,
+                             text=True, timeout=300)
+    assert printed.returncode == 0, printed.stdout + printed.stderr
+    assert "# Check: masks" in printed.stdout and "**Score: 22 / 22**" in printed.stdout
+
+
+def test_no_answer_holds_a_line_of_a_hidden_suite_or_of_a_solution(server):
+    served = [server["course"].assignment(a) for a in ("masks", "attention_basics")]
+    suite_lines = {line.strip() for a in served for e in a.exercises for line in e.suite.read_text().splitlines()
+                   if len(line.strip()) >= 25 and not line.strip().startswith(("#", '"', "'", 'f"'))}
+    solutions = {line.strip() for a in served for nb in a.notebooks
+                 for line in solution_lines(COURSE.source_notebook(a, nb)) if len(line.strip()) >= 20}
+    assert len(ANSWERS) >= 15 and suite_lines and solutions
+    for text, sent in ANSWERS:
+        answer = json.loads(text)
+        shown = json.dumps(answer) + answer.get("markdown", "")
+        assert not [line for line in suite_lines if line in shown]
+        assert not [line for line in solutions if line in shown and line not in sent]
+
+
+def test_the_fair_queue_serves_students_in_turn_and_bounds_each_line():
+    async def scenario():
+        queue = FairQueue(capacity=5)
+        for student in ("flood", "flood", "calm"):
+            queue.put(Job(student, None, None, b"", None))
+        with pytest.raises(Full):
+            queue.put(Job("flood", None, None, b"", None))   # PER_STUDENT waiting at most
+        queue.put(Job("other", None, None, b"", None))
+        queue.put(Job("late", None, None, b"", None))
+        with pytest.raises(Full):
+            queue.put(Job("one more", None, None, b"", None))   # the whole queue is full
+        return [queue.take().student for _ in range(len(queue))]
+    assert PER_STUDENT == 2
+    assert asyncio.run(scenario()) == ["flood", "calm", "other", "late", "flood"]
