@@ -146,7 +146,8 @@ grade-slurm: setup
 	  --jobs $(or $(JOBS),1) $(SLURM_ARGS)
 
 ## What students receive: student-kit/ and student-kit.zip, the assignments released so far
-## (course.yml's schedule; AT=2026-10-06T00:00:00Z shows the kit of that day).
+## (course.yml's schedule; AT=2026-10-06T00:00:00Z shows the kit of that day); STUDENT=id: that
+## student's own kit, with their numbers, in student-kit-<id>/ and student-kit-<id>.zip.
 student-kit: setup
 	$(GRADER) student-kit --out student-kit $(if $(AT),--at $(AT)) $(if $(STUDENT),--student '$(STUDENT)')
 
@@ -156,7 +157,8 @@ variants: setup
 	$(GRADER) variants --out $(or $(VARIANTS),variants) $(if $(ROSTER),--roster $(ROSTER),--submitted $(SUBMITTED)) \
 	  $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
-## The course's variant secret (once; FORCE=1 replaces it even though grades exist).
+## The course's variant secret (once; refused once grades exist or students' numbers left this machine:
+## FORCE=1 replaces it anyway, and every student's numbers change).
 variant-secret: $(VENV)/.installed
 	$(GRADER) variant-secret $(if $(FORCE),--force)
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import CourseError, load_course
-from autograder.intake import SubmissionError, choose_notebooks, find_notebooks, gradescope_student
+from autograder.intake import SubmissionError, choose_notebooks, find_notebooks, gradescope_ids
 from autograder.sandbox import cgroup
 from autograder.sandbox.jail import SandboxUnavailable, probe
 
@@ -28,17 +28,23 @@ from autograder.sandbox.jail import SandboxUnavailable, probe
 def _grade(args, course):
     from autograder import render
     from autograder.grading import grade_one
+    from autograder.variants import Variants, has_variants
 
     assignment = course.assignment(args.assignment)
     path = Path(args.notebook)
     if not path.is_file():
         raise CourseError(f"no notebook at {path}")
+    if has_variants(assignment):   # graded on whose numbers: never a default's, never an id the class lacks
+        if not args.student:
+            raise CourseError(f"{assignment.id} has exercises on each student's own numbers: say whose notebook it "
+                              "is with --student ID (the folder name under submitted/)")
+        Variants.of(course).whose([args.student], f"--student {args.student}")
     try:
         notebooks = choose_notebooks(assignment, [path])
     except SubmissionError as error:
         raise CourseError(str(error)) from None
     _check_sandbox(course, probe_it=False)
-    result = grade_one(course, assignment, path.parent, args.student, notebooks)
+    result = grade_one(course, assignment, path.parent, args.student or "student", notebooks)
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
@@ -62,9 +68,18 @@ def _gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
     from autograder.render import write_gradescope
-    from autograder.results import GRADER_FAILED, SubmissionResult, not_graded
+    from autograder.results import GRADER_FAILED, SubmissionResult, grader_failed, not_graded
+    from autograder.variants import UnknownStudent, Variants, has_variants
 
     assignment = course.assignment(args.assignment)
+    ids = gradescope_ids(args.submission)
+    student, unknown = (ids or ["student"])[0], ""
+    if has_variants(assignment):   # whose numbers: the roster shipped in the zip says, from the sid or the email
+        try:
+            student = Variants.of(course).whose(ids, "Gradescope's submitter")
+        except UnknownStudent as error:
+            print(f"instructor: {error}")
+            unknown = str(error)
     reason = ""
     try:
         chosen = choose_notebooks(assignment, find_notebooks(args.submission))
@@ -76,10 +91,12 @@ def _gradescope(args, course):
               "rebuild the autograder image (setup.sh checks the sandbox)")
         reason = GRADER_FAILED
     if reason:
-        result = SubmissionResult("student", assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
+        result = SubmissionResult(student, assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
+    elif unknown:   # a grader fault, never a score on another id's numbers
+        result = SubmissionResult(student, assignment.id, [grader_failed(nb, unknown) for nb in assignment.notebooks])
     else:
         from autograder.grading import grade_one  # torch: only when there is something to grade
-        result = grade_one(course, assignment, args.submission, gradescope_student(args.submission), notebooks=chosen)
+        result = grade_one(course, assignment, args.submission, student, notebooks=chosen)
     write_gradescope(result, Path(args.results), course.visibility())
     print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
     return 0
@@ -87,10 +104,11 @@ def _gradescope(args, course):
 
 def _student_kit(args, course):
     from autograder.course import parse_due
-    from autograder.kits import build_student_kit
+    from autograder.kits import build_student_kit, kit_folder
     moment = parse_due(args.at, "--at", "the date") if args.at else None
-    archive, chosen = build_student_kit(course, Path(args.out), moment, args.student)
-    print(f"Student kit{f' of {args.student}' if args.student else ''}: {args.out}/ and {archive}, with "
+    folder = kit_folder(args.out, args.student)
+    archive, chosen = build_student_kit(course, folder, moment, args.student)
+    print(f"Student kit{f' of {args.student}' if args.student else ''}: {folder}/ and {archive}, with "
           f"{', '.join(a.id for a in chosen)}")
     return 0
 
@@ -121,14 +139,18 @@ def _variants(args, course):
         organization, prefix = _organization(args, course)
         sent = push.send_variants(push.client(course, args.api), variants.Variants.of(course), chosen,
                                   organization=organization, prefix=prefix)
+        if sent:
+            variants.note_handed_out(course, f"variant.json of {', '.join(a.id for a in chosen)} pushed to "
+                                     f"{organization}'s repositories", sent)
         print(f"{len(sent)} repositories sent their variant.json ({', '.join(a.id for a in chosen)})")
         return 0
-    if args.roster:
-        students = list(lms.read_roster(args.roster))
+    if args.roster:   # its ids and the columns Gradescope's sid or email are matched to
+        students = lms.read_roster(args.roster)
     else:
         from autograder.classroom import check_selection, class_students
         students = class_students(course, check_selection(course, args.submitted))
     written = variants.Variants.of(course).write_files(chosen, students, Path(args.out))
+    variants.note_handed_out(course, f"variant.json of {', '.join(a.id for a in chosen)} written to {args.out}/", students)
     print(f"{len(written)} variant.json files in {args.out}/<student>/<assignment>/ ({len(students)} students, "
           f"{', '.join(a.id for a in chosen)}): each goes beside that student's notebook")
     return 0
@@ -447,7 +469,8 @@ def parser():
     grade.add_argument("--assignment", required=True)
     grade.add_argument("--json", help="where to write Gradescope's results.json")
     grade.add_argument("--feedback", help="where to write the student's feedback (.md, or .html)")
-    grade.add_argument("--student", default="student", help="whose notebook it is (a variant exercise checks their numbers)")
+    grade.add_argument("--student", default=None, help="whose notebook it is: required where an exercise has each "
+                       "student's own numbers (variants), which are checked")
     _add_no_service(grade)
     grade.add_argument("notebook")
     grade.set_defaults(run=_grade)
@@ -545,7 +568,8 @@ def parser():
     answer.set_defaults(run=_post_push)
 
     kit = commands.add_parser("student-kit", help="build what students receive")
-    kit.add_argument("--out", default="student-kit")
+    kit.add_argument("--out", default="student-kit", help="the class's kit: OUT/ and OUT.zip (one student's: "
+                     "OUT-<id>/ and OUT-<id>.zip, never the class's)")
     kit.add_argument("--at", default=None, metavar="WHEN",
                      help="the kit as it stands at this ISO 8601 date and time (default: now)")
     kit.add_argument("--student", default=None, help="one student's kit: their variant.json beside the notebooks")
@@ -565,7 +589,8 @@ def parser():
 
     secret = commands.add_parser("variant-secret", help="make the course's variant secret (once, outside the repository)")
     secret.add_argument("--if-missing", action="store_true", help="do nothing where one exists (the demo's make grade)")
-    secret.add_argument("--force", action="store_true", help="replace it even though grades exist")
+    secret.add_argument("--force", action="store_true", help="replace it even though grades exist or students' "
+                        "numbers drawn from it have left this machine (they all change)")
     _add_graded(secret)
     secret.set_defaults(run=_variant_secret)
 

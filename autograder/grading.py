@@ -28,7 +28,7 @@ from autograder.scoring import late_penalty, score_notebook
 from autograder.sandbox.jail import kernel_device
 from autograder.sandbox.student import StudentFailure, StudentProcess, Worker, WorkerError
 from autograder.submission import SubmissionError, check_belongs, load_program
-from autograder.variants import FILENAME, Variants, notebook_has_variants
+from autograder.variants import FILENAME, UnknownStudent, Variants, notebook_has_variants
 
 log = logging.getLogger("autograder")
 
@@ -68,6 +68,8 @@ class Grader:
         part = notebook.part(exercises)
         try:
             return self._grade_notebook(assignment, notebook, path, folder, student, classmates, part)
+        except UnknownStudent as error:   # an id the class's roster does not know: graded on nobody's numbers
+            return grader_failed(part, str(error))
         except WorkerError as error:
             log.error("worker failure while grading %s: %s", path, error)
             return grader_failed(part, f"its sandbox failed ({error}); grade it again")

@@ -88,15 +88,16 @@ def _entries(folder):
     return sorted(found, key=lambda entry: entry.name)
 
 
-def gradescope_student(submission):
-    """The student of a Gradescope submission, from submission_metadata.json beside its folder: the
-    submitter's Student ID (sid) in Gradescope's roster, else their email; "student" without either."""
+def gradescope_ids(submission):
+    """The ids of a Gradescope submission's submitter, from submission_metadata.json beside its folder:
+    their Student ID (sid) in Gradescope's roster and their email, as given ([] without either); whose
+    numbers they are is variants.Variants.whose's to say."""
     try:
         metadata = json.loads((Path(submission).parent / "submission_metadata.json").read_text())
         user = metadata["users"][0]
-        return str(user.get("sid") or user.get("email") or "student")
+        return [str(user[key]).strip() for key in ("sid", "email") if user.get(key) and str(user[key]).strip()]
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return "student"
+        return []
 
 
 def find_notebooks(folder):

@@ -2,11 +2,16 @@
 
     student-kit/          the notebooks of the assignments released so far (course.yml's schedule),
                           a student README, requirements, self_check.py and a workflow that runs
-                          it: no secret, nothing hidden (grading on push is the instructor's, push.py);
-                          one student's kit adds their variant.json (variants.py)
+                          it: no secret, nothing hidden (grading on push is the instructor's, push.py)
+    student-kit-<id>/     one student's kit: the same, and their variant.json (variants.py); never
+                          written over the class's
     autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the grader
                           and one assignment's hidden suites and reference solutions under source/,
-                          and where it has variants the key of that one assignment (variant-key.json)
+                          and where it has variants the key of that one assignment and the roster of
+                          `make variants` (variant-key.json)
+
+Whatever carries students' numbers (a student's kit, a zip with a key) is noted beside the secret
+as it is made (variants.note_handed_out): the secret is not replaced silently after that.
 
 Both are made from an explicit list of files, never by copying the repository and deleting: a
 file that is not named here does not leave.
@@ -20,9 +25,10 @@ from pathlib import Path
 import yaml
 
 from autograder.course import CourseError
+from autograder.intake import student_name_problem
 from autograder.ondemand.tokens import hand_out
 from autograder.schedule import kit_assignments, now
-from autograder.variants import FILENAME, KEY_FILE, Variants, has_variants
+from autograder.variants import FILENAME, KEY_FILE, Variants, has_variants, note_handed_out
 
 KIT_FILES = Path(__file__).resolve().parent / "kit"
 
@@ -93,6 +99,17 @@ def assignments_table(assignments):
     return "\n".join(rows)
 
 
+def kit_folder(out, student=None):
+    """The folder of the class's kit (`out`), or of one student's: `out`-<id>, beside it and never it;
+    CourseError where the id cannot name a folder."""
+    if student is None:
+        return Path(out)
+    problem = student_name_problem(student)
+    if problem:
+        raise CourseError(f"{student!r} cannot name a student's kit ({problem})")
+    return Path(out).with_name(f"{Path(out).name}-{student}")
+
+
 def build_student_kit(course, folder, moment=None, student=None):
     """Write the student kit as it stands at `moment` (default: now) to `folder` and a zip beside
     it; returns (the zip's path, the assignments in it).  With `student`, that student's own kit: the
@@ -116,7 +133,7 @@ def build_student_kit(course, folder, moment=None, student=None):
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(course.release_notebook(assignment, notebook), target)
         if variants and has_variants(assignment):
-            (folder / assignment.id / FILENAME).write_text(variants.file_text(assignment, student))
+            (folder / assignment.id / FILENAME).write_text(variants.handed_out_text(assignment, student))
     pins = pinned_versions(course)
     readme = (KIT_FILES / "STUDENT_README.md").read_text().replace("{torch}", pins.get("torch", "?"))
     readme = readme.replace("{assignments}", assignments_table(chosen)).replace("{extra}", extra_packages(course, chosen))
@@ -132,8 +149,11 @@ def build_student_kit(course, folder, moment=None, student=None):
     workflow = folder / ".github" / "workflows" / "self-check.yml"
     workflow.parent.mkdir(parents=True)
     shutil.copyfile(KIT_FILES / "self-check.yml", workflow)
-    archive = folder.with_suffix(".zip")
+    archive = folder.with_name(folder.name + ".zip")
     _zip(folder, archive)
+    with_numbers = [assignment.id for assignment in chosen if has_variants(assignment)]
+    if student is not None and with_numbers:
+        note_handed_out(course, f"the student kit of {student} ({archive}: {', '.join(with_numbers)})", [student])
     return archive, chosen
 
 
@@ -204,6 +224,7 @@ def build_gradescope(course, assignment, archive):
     if not pythons:
         raise CourseError(f"{assignment.id}: {', '.join(pins)} installs on none of Gradescope's images "
                           f"(Python {', '.join(IMAGES)})")
+    key = Variants.of(course).key_file_text(assignment) if has_variants(assignment) else None   # refuses first
     archive.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
         for source, name in gradescope_files(course, assignment):
@@ -224,8 +245,10 @@ def build_gradescope(course, assignment, archive):
             handle.writestr("packages.txt", "".join(line + "\n" for line in pins))
             handle.writestr("pythons.txt", " ".join(pythons) + "\n")   # setup.sh refuses another image
         handle.writestr("assignment.txt", assignment.id + "\n")
-        if has_variants(assignment):   # the key of this one assignment; never the course's secret
+        if key:   # the key of this one assignment and the class's ids; never the course's secret
             info = zipfile.ZipInfo(KEY_FILE)
             info.external_attr = (stat.S_IFREG | 0o600) << 16
-            handle.writestr(info, Variants.of(course).key_file_text(assignment), zipfile.ZIP_DEFLATED)
+            handle.writestr(info, key, zipfile.ZIP_DEFLATED)
+    if key:
+        note_handed_out(course, f"Gradescope's zip of {assignment.id} ({archive})")
     return archive, pythons

@@ -21,6 +21,18 @@ release, kit, zip or repository; Gradescope's zip carries the key of its one ass
 variant.json (`make variants`); the grader never reads it, and never trusts the notebook's cell:
 it draws the student's numbers again from the id of the submission and writes them where the
 notebook reads them.
+
+Whose numbers a submission is graded on is one mapping, `Variants.whose`: the ids a submission comes
+with (nbgrader's student id, the folder name under submitted/, which is also the push repository's
+owner; Gradescope's sid and email) are looked up in the roster given to `make variants` (its
+`student`, `sis_user_id` and `email` columns), recorded beside the secret and shipped in Gradescope's
+zip.  An id that names no student of it, or two, is never graded on anybody's numbers: UnknownStudent,
+which grading turns into a grader fault for the instructor.  It lives here because the id matters to
+grading only through the seed of a student's numbers; the LMS maps graded students the other way.
+
+The same record (`<secret>.handed-out.json`, mode 600, beside the secret and outside the repository)
+says what of the secret's numbers has left the machine (variant.json files, a student's kit, a push,
+Gradescope's zip): from then on `make variant-secret` refuses to replace the secret unless forced.
 """
 
 import hashlib
@@ -29,6 +41,7 @@ import json
 import os
 import random
 import secrets
+from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.course import CourseError
@@ -41,6 +54,15 @@ KEY_FILE = "variant-key.json"        # Gradescope's zip: the key of its one assi
 SECRET_ENV = "COURSE_VARIANT_SECRET"  # another place for the secret (a path)
 DEFAULT_SECRET = "~/.config/attention-course/variant-secret"
 DEFAULTS = "the released notebook"   # whose numbers DEFAULT_VARIANT are, among the others'
+HANDED_OUT = ".handed-out.json"      # beside the secret: the class's roster and what of its numbers left
+MATCHED_BY = ("sis_user_id", "email")  # a roster's columns a submission's id may name a student by, besides `student`
+
+
+_UNREAD = object()
+
+
+class UnknownStudent(CourseError):
+    """A submission's id names no student of the class's roster (or names two): graded on nobody's numbers."""
 
 
 def has_variants(assignment):
@@ -57,22 +79,72 @@ def secret_path(course):
 
 
 def make_secret(path, course, graded=False, force=False):
-    """Write a new secret to `path` (mode 600); replacing one is refused once grades exist unless forced,
-    because every student's numbers change with it.  Returns what was done, in words."""
+    """Write a new secret to `path` (mode 600); replacing one is refused once grades exist or once any
+    student's numbers have left the machine (the record beside it), unless forced, because every
+    student's numbers change with it.  Returns what was done, in words."""
     path = Path(path)
     if course.root.resolve() in path.resolve().parents:
         raise CourseError(f"{path} lies inside the course repository: keep the variant secret outside it")
-    if path.exists() and graded and not force:
-        raise CourseError(f"{path} exists and grades exist: a new secret gives every student new numbers, "
-                          "so their graded answers would no longer be theirs (FORCE=1 replaces it anyway)")
+    if path.exists() and not force:
+        left = [entry["what"] for entry in _read_record(path).get("left", [])]
+        if left:
+            raise CourseError(f"{path} exists and students' numbers drawn from it have left this machine ("
+                              f"{'; '.join(left[-3:])}{f'; {len(left) - 3} more' if len(left) > 3 else ''}): a new "
+                              "secret gives every student new numbers, so what they hold would no longer be theirs "
+                              "(FORCE=1 replaces it knowingly, and forgets that record)")
+        if graded:
+            raise CourseError(f"{path} exists and grades exist: a new secret gives every student new numbers, "
+                              "so their graded answers would no longer be theirs (FORCE=1 replaces it anyway)")
     path.parent.mkdir(parents=True, exist_ok=True)
     replaced = path.exists()
+    _write_private(path, secrets.token_hex(32) + "\n")
+    record_path(path).unlink(missing_ok=True)   # what left was drawn from the old secret
+    return "replaced" if replaced else "made"
+
+
+def _write_private(path, text):
+    """Write a file only its owner reads (mode 600), whole."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
+        handle.write(text)
     os.replace(temporary, path)
-    return "replaced" if replaced else "made"
+
+
+def record_path(secret):
+    """The record of what left the machine, beside the secret it was drawn from."""
+    return Path(secret).with_name(Path(secret).name + HANDED_OUT)
+
+
+def _fingerprint(secret_text):
+    return hashlib.sha256(secret_text).hexdigest()[:16]
+
+
+def _read_record(secret):
+    """The record beside `secret`: {"secret", "students": {id: {column: value}}, "left": [{"what", "when"}]};
+    empty where there is none, or where it was made for another secret (one replaced by hand)."""
+    try:
+        record = json.loads(record_path(secret).read_text())
+        current = _fingerprint(Path(secret).read_bytes().strip())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("secret") == current else {}
+
+
+def note_handed_out(course, what, students=()):
+    """Record that numbers drawn from the course's secret left this machine (`what`, in words), and
+    the students they went to: ids, or {id: roster row} (the roster's MATCHED_BY columns are kept)."""
+    path = secret_path(course)
+    secret = read_secret(course)
+    record = _read_record(path) or {"students": {}, "left": []}
+    record["secret"] = _fingerprint(secret)
+    rows = students if isinstance(students, dict) else {student: {} for student in students}
+    for student, row in rows.items():
+        known = record["students"].setdefault(student, {})
+        known.update({column: (row.get(column) or "").strip() for column in MATCHED_BY if (row.get(column) or "").strip()})
+    record["left"] = [entry for entry in record["left"] if entry["what"] != what]
+    record["left"].append({"what": what, "when": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    _write_private(record_path(path), json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def read_secret(course):
@@ -92,20 +164,56 @@ class Variants:
     """Every student's numbers of the course's notebooks with variants, drawn with the keys of their
     assignments (from the course's secret, or Gradescope's variant-key.json)."""
 
-    def __init__(self, course, keys=None):
+    def __init__(self, course, keys=None, roster=_UNREAD):
         self.course = course
         self._keys = dict(keys or {})
         self._secret = None
         self._drawn = {}   # (assignment, notebook, student) -> numbers: a class's draws, made once per process
+        self._roster = roster   # student -> {column: value}; _UNREAD: the record beside the secret, read when asked
+        self._source = ("the roster recorded by make variants" if roster is _UNREAD
+                        else "the roster shipped in autograder.zip")
 
     @classmethod
     def of(cls, course):
-        """The course's variants; where a variant-key.json lies beside course.yml (Gradescope), its key."""
+        """The course's variants; where a variant-key.json lies beside course.yml (Gradescope), its key
+        and the roster it was built with."""
         shipped = course.root / KEY_FILE
         if shipped.is_file():
             raw = json.loads(shipped.read_text())
-            return cls(course, {raw["assignment"]: bytes.fromhex(raw["key"])})
+            return cls(course, {raw["assignment"]: bytes.fromhex(raw["key"])}, raw.get("students") or {})
         return cls(course)
+
+    def roster(self):
+        """The students whose numbers were handed out (student -> {column: value}), as the roster given to
+        `make variants` and the other ways out recorded them; None where this machine holds no record
+        (a grading node given the secret alone, the demo): then the class's folders are its students."""
+        if self._roster is _UNREAD:
+            self._roster = _read_record(secret_path(self.course)).get("students")
+        return self._roster
+
+    def whose(self, ids, where="this submission"):
+        """The one mapping from a submission's ids (nbgrader's student id, the push repository's owner,
+        Gradescope's sid then email) to the student whose numbers it is graded on: the roster's student
+        named by one of them, in its `student`, `sis_user_id` or `email` column (emails compared without
+        case).  UnknownStudent (one line, for the instructor) where they name nobody, or two students."""
+        given = [str(one).strip() for one in ids if one is not None and str(one).strip()]
+        roster = self.roster()
+        if roster is None:
+            if not given:
+                raise UnknownStudent(f"{where} carries no student id to draw numbers for")
+            return given[0]
+        found = sorted({student for one in given for student, row in roster.items()
+                        if one == student or one == row.get("sis_user_id")
+                        or one.casefold() == (row.get("email") or "").casefold()})
+        if len(found) == 1:
+            return found[0]
+        named = " / ".join(repr(one) for one in given) or "no id"
+        if found:
+            raise UnknownStudent(f"{where}: {named} names {' and '.join(found)} in {self._source}: "
+                                 "graded on nobody's numbers; fix the roster, then grade it again")
+        raise UnknownStudent(f"{where}: {named} names no student of {self._source}, so it has no numbers of its own: "
+                             "add the student (make variants ROSTER=roster.csv, and a new autograder.zip on "
+                             "Gradescope), then grade it again")
 
     def require_keys(self, assignments):
         """The key of each of the assignments that has variants, made now: CourseError (one line) where the
@@ -138,7 +246,12 @@ class Variants:
         return json.loads(json.dumps(self._declared(assignment, notebook)["DEFAULT_VARIANT"]))
 
     def draw(self, assignment, notebook, student):
-        """One student's numbers of a notebook: JSON's types, as variant.json gives them to the notebook."""
+        """The numbers a submission of `student` is graded on (JSON's types, as variant.json gives them to the
+        notebook): those of the roster's student the id names (whose); UnknownStudent where it names none."""
+        return self.numbers(assignment, notebook, self.whose([student], f"{student}/{assignment.id}"))
+
+    def numbers(self, assignment, notebook, student):
+        """One student's numbers of a notebook, whoever the id is (what is handed out to them)."""
         key = (assignment.id, notebook.name, student)
         if key not in self._drawn:
             made = self._declared(assignment, notebook)["make_variant"](random.Random(self.seed(assignment, notebook, student)))
@@ -149,12 +262,16 @@ class Variants:
         """{whose: numbers} of the released notebook and of each classmate but `student`."""
         found = {DEFAULTS: self.default(assignment, notebook)}
         for other in sorted(set(classmates) - {student}):
-            found[other] = self.draw(assignment, notebook, other)
+            found[other] = self.numbers(assignment, notebook, other)
         return found
 
     def file_text(self, assignment, student):
-        """variant.json of one student's copy of an assignment."""
-        notebooks = {notebook.name: self.draw(assignment, notebook, student)
+        """variant.json as the grader writes it beside a submission of `student` (whose numbers: whose)."""
+        return self.handed_out_text(assignment, self.whose([student], f"{student}/{assignment.id}"))
+
+    def handed_out_text(self, assignment, student):
+        """variant.json of one student's copy of an assignment, whoever the id is (what is handed out)."""
+        notebooks = {notebook.name: self.numbers(assignment, notebook, student)
                      for notebook in assignment.notebooks if notebook_has_variants(notebook)}
         return json.dumps({"student": student, "assignment": assignment.id, "notebooks": notebooks}) + "\n"
 
@@ -170,10 +287,18 @@ class Variants:
             for assignment in assignments:
                 if has_variants(assignment):
                     path = Path(out) / student / assignment.id / FILENAME
-                    write_atomic(path, self.file_text(assignment, student))
+                    write_atomic(path, self.handed_out_text(assignment, student))
                     written.append(path)
         return written
 
     def key_file_text(self, assignment):
-        """Gradescope's variant-key.json: the key of this one assignment, never the course's secret."""
-        return json.dumps({"assignment": assignment.id, "key": self.key(assignment.id).hex()}) + "\n"
+        """Gradescope's variant-key.json: the key of this one assignment, never the course's secret, and the
+        roster recorded by `make variants` (the ids Gradescope's sid or email are matched to, no names);
+        CourseError where no roster is recorded, since every submission would then be a grader fault."""
+        roster = self.roster()
+        if not roster:
+            raise CourseError(f"{assignment.id} has per-student numbers and no roster is recorded beside the secret: "
+                              "run `make variants ROSTER=roster.csv` first (Gradescope's sid or email are matched "
+                              "to its student, sis_user_id and email columns)")
+        return json.dumps({"assignment": assignment.id, "key": self.key(assignment.id).hex(),
+                           "students": roster}, sort_keys=True) + "\n"

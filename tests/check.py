@@ -253,12 +253,20 @@ def todos(exercise):
             if path.exists() and "TODO" in path.read_text()]
 
 
+def write_readme_table(root=ROOT):
+    """The README's table of assignments written again from course.yml (autograder.readme), as every
+    change the authoring loop allows needs (tests/test_docs.py checks it)."""
+    from autograder import readme
+    readme.main(root)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("exercise", choices=sorted(ASSIGNMENT_OF))
     parser.add_argument("--keep", help="keep the graded class in this folder")
     args = parser.parse_args(argv)
     started = time.monotonic()
+    write_readme_table()   # points, dates or exercises changed in course.yml: the README's table follows
     root = Path(args.keep or tempfile.mkdtemp(prefix="check-"))
     assignment = ASSIGNMENT_OF[args.exercise]
     chosen = entries(args.exercise)

@@ -550,3 +550,265 @@ def swap_and_back(x):
     with StudentProcess(worker, [Cell("kernel", KERNEL), Cell("swap", swap)], LIMITS, "triton") as process:
         with pytest.raises(StudentError, match="triton.runtime"):
             Student(process).call("swap_and_back", torch.ones(16), count=True)
+
+
+# Every form of load and store of the pinned Triton's interpreter, counted where the kernel runs.
+FORMS = '''
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def hinted_kernel(src, dst, n, BLOCK: tl.constexpr, HOW: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    if HOW == 0:      # other=, a cache modifier and an eviction policy on both
+        x = tl.load(src + offsets, mask=inside, other=-1.0, cache_modifier=".cg", eviction_policy="evict_last")
+        tl.store(dst + offsets, x * 2.0, mask=inside, cache_modifier=".wb", eviction_policy="evict_first")
+    elif HOW == 1:    # volatile
+        x = tl.load(src + offsets, mask=inside, volatile=True)
+        tl.store(dst + offsets, x * 2.0, mask=inside)
+    else:             # no mask at all: tl.load and tl.store of whole blocks
+        tl.store(dst + offsets, tl.load(src + offsets, cache_modifier=".ca") * 2.0)
+
+
+def hinted(x, how, block=16):
+    out = torch.empty_like(x)
+    hinted_kernel[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), BLOCK=block, HOW=how)
+    return out
+
+
+@triton.jit
+def described_kernel(src, dst, rows, cols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    source = tl.make_tensor_descriptor(src, shape=[rows, cols], strides=[stride, 1], block_shape=[BLOCK_R, BLOCK_C])
+    target = tl.make_tensor_descriptor(dst, shape=[rows, cols], strides=[cols, 1], block_shape=[BLOCK_R, BLOCK_C])
+    r, c = tl.program_id(0) * BLOCK_R, tl.program_id(1) * BLOCK_C
+    target.store([r, c], source.load([r, c]) * 2.0)
+
+
+def described(x, block_r=8, block_c=16):
+    """2 x, by descriptors made in the kernel (x's rows may lie x.stride(0) elements apart)."""
+    rows, cols = x.shape
+    out = torch.empty(rows, cols, dtype=x.dtype)
+    described_kernel[(triton.cdiv(rows, block_r), triton.cdiv(cols, block_c))](
+        x, out, rows, cols, x.stride(0), BLOCK_R=block_r, BLOCK_C=block_c)
+    return out
+
+
+@triton.jit
+def host_described_kernel(source, target, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    r, c = tl.program_id(0) * BLOCK_R, tl.program_id(1) * BLOCK_C
+    target.store([r, c], source.load([r, c]) * 2.0)
+
+
+def host_described(x, block_r=8, block_c=16):
+    """2 x, by descriptors made on the host (TensorDescriptor.from_tensor)."""
+    out = torch.empty_like(x)
+    host_described_kernel[(triton.cdiv(x.shape[0], block_r), triton.cdiv(x.shape[1], block_c))](
+        TensorDescriptor.from_tensor(x, [block_r, block_c]), TensorDescriptor.from_tensor(out, [block_r, block_c]),
+        BLOCK_R=block_r, BLOCK_C=block_c)
+    return out
+
+
+@triton.jit
+def gathered_kernel(src, dst, index, rows, cols, N: tl.constexpr, BLOCK_C: tl.constexpr):
+    source = tl.make_tensor_descriptor(src, shape=[rows, cols], strides=[cols, 1], block_shape=[1, BLOCK_C])
+    target = tl.make_tensor_descriptor(dst, shape=[rows, cols], strides=[cols, 1], block_shape=[1, BLOCK_C])
+    picked = tl.load(index + tl.arange(0, N))
+    target.scatter(source.gather(picked, 0) * 2.0, picked, 0)
+
+
+def gathered(x, index):
+    """2 x at the rows `index` names (a descriptor's gather and scatter), zeros elsewhere."""
+    out = torch.zeros_like(x)
+    gathered_kernel[(1,)](x, out, index, x.shape[0], x.shape[1], N=index.numel(), BLOCK_C=x.shape[1])
+    return out
+
+
+@triton.jit
+def atomics_kernel(dst, flags, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    inside = offsets < n
+    tl.atomic_max(dst + offsets, 5.0, mask=inside)
+    tl.atomic_min(dst + offsets, 7.0, mask=inside)
+    tl.atomic_xchg(flags + offsets, 1, mask=inside)
+    tl.atomic_cas(flags, 1, 2)
+    seen = tl.atomic_load(flags + offsets, mask=inside)
+    tl.atomic_store(flags + offsets, seen + 10, mask=inside)
+
+
+def atomics(x, flags, n):
+    atomics_kernel[(1,)](x, flags, n, BLOCK=32)
+    return x, flags
+
+
+@triton.jit
+def block_pointer_kernel(src, dst, n, BLOCK: tl.constexpr):
+    block = tl.make_block_ptr(src, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BLOCK,), order=(0,))
+    tl.store(dst + tl.arange(0, BLOCK), tl.load(block, boundary_check=(0,), padding_option="zero"))
+
+
+def block_pointer(x):
+    out = torch.empty(16)
+    block_pointer_kernel[(1,)](x, out, x.numel(), BLOCK=16)
+    return out
+
+
+@triton.jit
+def descriptor_atomic_kernel(dst, BLOCK: tl.constexpr):
+    target = tl.make_tensor_descriptor(dst, shape=[BLOCK], strides=[1], block_shape=[BLOCK])
+    target.atomic_add([0], tl.full([BLOCK], 1.0, tl.float32))
+
+
+def descriptor_atomic(x):
+    descriptor_atomic_kernel[(1,)](x, BLOCK=16)
+    return x
+
+
+def overlaunched(x, block=16):
+    """2 x, with one program more than x needs: its load and store have every lane masked off."""
+    out = torch.empty_like(x)
+    hinted_kernel[(triton.cdiv(x.numel(), block) + 1,)](x, out, x.numel(), BLOCK=block, HOW=0)
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def forms(worker):
+    with StudentProcess(worker, [Cell("forms", FORMS)], LIMITS, "triton") as process:
+        assert process.cell_reports[0].status == "ok", process.cell_reports
+        yield Student(process)
+
+
+def counted_call(student, name, *args):
+    """(output, work) of a counted call whose counts stayed whole."""
+    reply = student.call(name, *args, count=True)
+    assert reply["work"].intact and reply["work"].interpreted, name
+    return reply["output"], reply["work"]
+
+
+@pytest.mark.parametrize("how", [0, 1, 2], ids=["other-cache-eviction", "volatile", "unmasked"])
+def test_pointer_loads_and_stores_with_every_hint_are_counted(forms, how):
+    x = torch.arange(48.0) if how == 2 else torch.arange(40.0)
+    out, work = counted_call(forms, "hinted", x, how)
+    assert torch.equal(out, 2 * x)
+    assert work.addressed == work.distinct == x.numel() and work.idle_loads == 0
+    assert work.output_stored == 1.0 and work.kernel_flops == 2 * 16 * work.programs
+
+
+def test_a_tensor_descriptor_made_in_the_kernel_is_counted_to_its_bounds(forms):
+    """Rows 40 elements apart, 36 wide, in tiles of 8 x 16: the tiles past the last row and column read
+    only what lies inside the descriptor's shape (its bounds are the load's mask)."""
+    x = torch.arange(800.0).reshape(20, 40)[:, :36]
+    out, work = counted_call(forms, "described", protocol.Strided(x))
+    assert torch.equal(out, 2 * x)
+    assert work.addressed == work.distinct == 20 * 36 and work.idle_loads == 0
+    assert work.output_stored == 1.0 and work.kernel_flops > 0 and work.foreign_tensors == 0
+
+
+def test_a_tensor_descriptor_made_on_the_host_is_counted(forms):
+    """TensorDescriptor.from_tensor: the launch's bounds include the tensors the descriptors describe (and
+    a measured notebook may import it: the rest of triton.tools stays out of reach)."""
+    assert reaches_into_internals("from triton.tools.tensor_descriptor import TensorDescriptor\n") is None
+    assert reaches_into_internals("import triton.tools.disasm\n") is not None
+    x = torch.arange(720.0).reshape(20, 36)
+    out, work = counted_call(forms, "host_described", x)
+    assert torch.equal(out, 2 * x)
+    assert work.addressed == work.distinct == x.numel() and work.output_stored == 1.0
+    assert work.foreign_tensors == 0 and work.launches == 1
+
+
+def test_a_descriptors_gather_and_scatter_are_counted_and_carry_products(forms):
+    x = torch.arange(256.0).reshape(16, 16)
+    index = torch.tensor([1, 5, 2, 6, 9, 12, 14, 3], dtype=torch.int32)
+    out, work = counted_call(forms, "gathered", x, index)
+    want = torch.zeros_like(x)
+    want[index.long()] = 2 * x[index.long()]
+    assert torch.equal(out, want)
+    assert work.addressed == work.distinct == index.numel() + 8 * 16   # the index, then eight rows
+    assert work.kernel_flops == 2 * 8 * 16       # the products reach memory through the scatter's rows
+
+
+def test_every_atomic_form_is_held_to_the_bounds_and_counted(forms):
+    """atomic_max, atomic_min, atomic_xchg, atomic_cas, atomic_load and atomic_store: an atomic load reads
+    (counted as a load), every atomic's lanes are writes (the call's outputs are theirs)."""
+    (x, flags), work = counted_call(forms, "atomics", torch.full((32,), 6.0), torch.zeros(32, dtype=torch.int32), 20)
+    assert torch.equal(x, torch.full((32,), 6.0))
+    assert flags.tolist() == [12] + [11] * 19 + [0] * 12
+    assert work.addressed == 20 and work.output_stored == 40 / 64
+    with pytest.raises(StudentError, match="OutOfBounds"):
+        forms.call("atomics", torch.zeros(10), torch.zeros(32, dtype=torch.int32), 20)
+
+
+def test_a_tile_visited_wholly_outside_its_tensor_is_an_idle_load(forms):
+    x = torch.arange(40.0)
+    out, work = counted_call(forms, "overlaunched", x)
+    assert torch.equal(out, 2 * x)
+    assert work.idle_loads == 1 and work.addressed == 40 and work.programs == 4
+
+
+@pytest.mark.parametrize("name,words", [("block_pointer", "Block pointers have been removed"),
+                                        ("descriptor_atomic", "create_descriptor_reduce")])
+def test_forms_the_pinned_triton_cannot_run_fail_with_their_reason(forms, name, words):
+    """Block pointers are gone from Triton 3.9, and its interpreter has no descriptor atomics: the kernel
+    fails with Triton's words, and the suites add what to use instead (TRITON_CRASHES)."""
+    from autograder.suites.helpers.kernels import TRITON_CRASHES
+    with pytest.raises(StudentError) as raised:
+        forms.call(name, torch.zeros(16))
+    assert words in raised.value.message
+    said = f"{raised.value.kind}: {raised.value.message}"
+    hint = next(hint for signs, hint in TRITON_CRASHES if any(sign in said for sign in signs))   # as crash_hint picks
+    assert ("block pointers" if name == "block_pointer" else "descriptor's atomics") in hint
+
+
+def test_the_interpreters_memory_operations_are_exactly_the_counted_ones():
+    """Every function of the pinned interpreter that calls a memory function of its native module is one
+    the wrappers count; the rest of the builder's memory operations go through them."""
+    from triton.runtime import interpreter
+
+    from autograder.sandbox.inside import kernels
+    found = kernels.memory_operations(interpreter, interpreter._interpreter)
+    assert sorted(found) == sorted(f"InterpreterBuilder.{name}" for name in kernels.COUNTED)
+    assert kernels.routed_operations(interpreter.InterpreterBuilder) >= {
+        "create_load", "create_store", "create_descriptor_load", "create_descriptor_store", "create_descriptor_gather",
+        "create_descriptor_scatter", "create_atomic_load", "create_atomic_store", "create_atomic_poll"}
+
+
+def test_an_operation_on_memory_the_count_does_not_know_is_refused():
+    """Deny by default: a builder operation that reaches memory itself (here one added to the interpreter
+    before the wrappers are installed, as a later Triton might) makes the kernel that uses it fail with
+    Uncounted; one outside the builder stops the installation."""
+    out = run_python('''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, "autograder/sandbox/inside")
+from triton.runtime import interpreter
+def create_prefetch(self, ptrs):
+    return interpreter._interpreter.load(ptrs.data, ptrs.data > 0, ptrs.data, None)
+interpreter.InterpreterBuilder.create_prefetch = create_prefetch
+import kernels
+kernels.prepare()
+try:
+    interpreter.interpreter_builder.create_prefetch(None)
+except kernels.Uncounted as error:
+    print("refused:", error)
+''')
+    assert "refused: the kernel uses create_prefetch" in out
+    out = run_python('''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, "autograder/sandbox/inside")
+from triton.runtime import interpreter
+def peek(ptrs):
+    return interpreter._interpreter.load(ptrs, ptrs, ptrs, None)
+peek.__module__ = interpreter.__name__
+interpreter.peek = peek
+import kernels
+try:
+    kernels.prepare()
+except kernels.Uncounted as error:
+    print("stopped:", error)
+''')
+    assert "stopped: Triton's interpreter reaches memory in peek" in out

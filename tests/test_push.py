@@ -19,6 +19,7 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 from tests.sample_class import SDPA_UNSCALED
 from tests.test_course import solution_lines
+from tests.test_variants import own_secret  # noqa: F401 (a fixture)
 
 TOKEN = "ghp_instructorOnlyToken0123456789"
 ORG = "attention-class"
@@ -292,7 +293,7 @@ def test_the_student_side_holds_no_secret_and_nothing_of_the_course(term):
     assert not any(test in dump for e in COURSE.assignment("scaled_attention").exercises for test in e.points)
 
 
-def test_each_repository_is_sent_its_own_numbers_once_and_nothing_secret(term, github):
+def test_each_repository_is_sent_its_own_numbers_once_and_nothing_secret(term, github, own_secret):
     """variants --push commits each student's variant.json into their repository (GitHub's contents API),
     and again only where it changed; what it commits holds that student's numbers and no secret."""
     from autograder import variants
@@ -300,7 +301,7 @@ def test_each_repository_is_sent_its_own_numbers_once_and_nothing_secret(term, g
     basics = COURSE.assignment("attention_basics")
     argv = ("variants", "--push", "--assignment", "attention_basics", "--organization", ORG, "--prefix", PREFIX,
             "--api", github)
-    first = run_grader(*argv, env={"COURSE_GITHUB_TOKEN": TOKEN})
+    first = run_grader(*argv, env={"COURSE_GITHUB_TOKEN": TOKEN})   # noted beside own_secret, the tests' copy
     assert first.returncode == 0, first.stderr
     students = sorted(name[len(PREFIX):] for name in FakeGitHub.repositories)
     assert first.stdout.strip().splitlines()[-1] == f"{len(students)} repositories sent their variant.json (attention_basics)"

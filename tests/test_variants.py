@@ -69,6 +69,18 @@ def test_each_student_has_numbers_of_their_own_drawn_again_from_the_secret_and_t
         os.environ[SECRET_ENV] = kept
 
 
+@pytest.fixture
+def own_secret(tmp_path, monkeypatch):
+    """A copy of the tests' secret (the same numbers), whose record of what left the machine is this test's
+    alone: a test that hands numbers out never makes another test's students unknown."""
+    secret = tmp_path / "secret" / "variant-secret"
+    secret.parent.mkdir()
+    secret.write_bytes(Path(os.environ[SECRET_ENV]).read_bytes())
+    secret.chmod(0o600)
+    monkeypatch.setenv(SECRET_ENV, str(secret))
+    return secret
+
+
 @pytest.fixture(scope="module")
 def two_students(tmp_path_factory):
     """alice and bob hand in the same numbers, alice's, written out by hand; carol the reference code."""
@@ -133,7 +145,7 @@ def test_the_secret_is_made_once_private_and_outside_the_repository(tmp_path):
     forced = run_grader("variant-secret", "--out", tmp_path / "grading", "--force", env=env)
     assert forced.returncode == 0 and secret.read_text() != first
     secret.chmod(0o644)
-    shared = run_grader("grade", "--assignment", "attention_basics", "--no-service",
+    shared = run_grader("grade", "--assignment", "attention_basics", "--no-service", "--student", "alice",
                         COURSE.release_notebook(BASICS, BASICS.notebooks[0]), env=env)
     assert shared.returncode == 2
     assert shared.stderr.strip() == f"error: the variant secret {secret} can be read by others (mode 644): chmod 600 {secret}"
@@ -165,31 +177,32 @@ def holds(path, text):
     return text.encode() in data
 
 
-def test_the_secret_leaves_by_no_delivery_path(tmp_path, two_students):
+def test_the_secret_leaves_by_no_delivery_path(tmp_path, two_students, own_secret):
     """The release folder, the whole class's and one student's kit, Gradescope's zip, the variant.json files
     and what grading writes hold neither the secret nor, but for the zip, a key made from it."""
     secret = variants.read_secret(COURSE).decode()
     keys = {assignment.id: Variants.of(COURSE).key(assignment.id).hex() for assignment in COURSE.assignments
             if variants.has_variants(assignment)}
     kit = run_grader("student-kit", "--out", tmp_path / "kit", "--at", "2027-02-01T00:00:00Z")
-    own = run_grader("student-kit", "--out", tmp_path / "alice-kit", "--at", "2027-02-01T00:00:00Z", "--student", "alice")
-    zipped = run_grader("gradescope-zip", "--assignment", "attention_basics", "--out", tmp_path / "autograder.zip")
+    own = run_grader("student-kit", "--out", tmp_path / "kit", "--at", "2027-02-01T00:00:00Z", "--student", "alice")
     sent = run_grader("variants", "--submitted", two_students / "submitted", "--out", tmp_path / "variants",
                       "--assignment", "attention_basics", "--assignment", "latent_attention")
-    for process in (kit, own, zipped, sent):
+    zipped = run_grader("gradescope-zip", "--assignment", "attention_basics", "--out", tmp_path / "autograder.zip")
+    for process in (kit, own, sent, zipped):
         assert process.returncode == 0, process.stderr
     assert sorted(p.relative_to(tmp_path / "variants").as_posix() for p in files_of(tmp_path / "variants")) == [
         f"{s}/{a}/variant.json" for s in ("alice", "bob", "carol") for a in ("attention_basics", "latent_attention")]
-    mine = json.loads((tmp_path / "alice-kit" / "attention_basics" / "variant.json").read_text())
+    mine = json.loads((tmp_path / "kit-alice" / "attention_basics" / "variant.json").read_text())
     assert mine == json.loads((tmp_path / "variants" / "alice" / "attention_basics" / "variant.json").read_text())
     assert mine["notebooks"]["attention_basics"] == numbers(BASICS, "alice")
     assert not (tmp_path / "kit" / "attention_basics" / "variant.json").exists()   # the class's kit: nobody's numbers
     with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
         shipped = json.loads(archive.read(variants.KEY_FILE))
-        assert shipped == {"assignment": "attention_basics", "key": keys["attention_basics"]}
+        assert shipped == {"assignment": "attention_basics", "key": keys["attention_basics"],   # and the class's ids
+                           "students": {"alice": {}, "bob": {}, "carol": {}}}
         assert (archive.getinfo(variants.KEY_FILE).external_attr >> 16) & 0o777 == 0o600
     released = [*files_of(COURSE.root / "exercises"), *files_of(tmp_path / "kit"), tmp_path / "kit.zip",
-                *files_of(tmp_path / "alice-kit"), tmp_path / "alice-kit.zip", tmp_path / "autograder.zip",
+                *files_of(tmp_path / "kit-alice"), tmp_path / "kit-alice.zip", tmp_path / "autograder.zip",
                 *files_of(tmp_path / "variants"), *files_of(two_students / "out")]
     assert len(released) > 50
     for path in released:
@@ -198,39 +211,49 @@ def test_the_secret_leaves_by_no_delivery_path(tmp_path, two_students):
             assert path == tmp_path / "autograder.zip" and assignment == "attention_basics" or not holds(path, key), path
 
 
-def test_gradescope_grades_the_submitter_of_the_metadata_with_the_zips_key_alone(tmp_path):
+ROSTER = ("student,name,email,sis_user_id\n"
+          'alice,"Liddell, Alice",Alice@Example.edu,1001\n'
+          'bob,"Builder, Bob",bob@example.edu,1002\n')
+
+
+def test_gradescope_grades_the_submitter_of_the_metadata_with_the_zips_key_alone(tmp_path, own_secret):
+    """Gradescope's sid or email is mapped through the roster given to make variants, shipped in the zip:
+    alice by her email alone (an empty sid), bob by his numeric sid (the roster's sis_user_id)."""
     root = tmp_path / "autograder"
+    (tmp_path / "roster.csv").write_text(ROSTER)
+    handed = run_grader("variants", "--roster", tmp_path / "roster.csv", "--out", tmp_path / "variants",
+                        "--assignment", "attention_basics")
     zipped = run_grader("gradescope-zip", "--assignment", "attention_basics", "--out", tmp_path / "autograder.zip")
-    assert zipped.returncode == 0, zipped.stderr
+    assert handed.returncode == 0 and zipped.returncode == 0, handed.stderr + zipped.stderr
     with zipfile.ZipFile(tmp_path / "autograder.zip") as archive:
         archive.extractall(root / "source")
     (root / "source" / "run_autograder").chmod(0o755)
     notebook = make_submission("attention_basics", {**solution_answers("attention_basics"),
                                                     "by_hand": by_hand_written_out("alice")}, tmp_path / "upload")[0]
     scores = {}
-    for sid in ("alice", "bob"):
+    for student, user in (("alice", {"sid": "", "email": "alice@example.edu"}), ("bob", {"sid": "1002", "email": ""})):
         (root / "submission").mkdir(exist_ok=True)
         (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
-        (root / "submission_metadata.json").write_text(json.dumps({"users": [{"sid": sid, "email": f"{sid}@example.edu"}]}))
+        (root / "submission_metadata.json").write_text(json.dumps({"users": [user]}))
         env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
                SECRET_ENV: str(tmp_path / "no-secret-on-gradescope")}
         process = subprocess.run([str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
                                  timeout=600)
         assert process.returncode == 0, process.stderr
         result = json.loads((root / "results" / "results.json").read_text())
-        scores[sid] = {t["name"].split(": ", 1)[1]: t["score"] for t in result["tests"] if t["name"].startswith("by_hand:")}
+        scores[student] = {t["name"].split(": ", 1)[1]: t["score"] for t in result["tests"] if t["name"].startswith("by_hand:")}
     assert scores["alice"] == {"test_answer_format": 1, "test_scores": 3, "test_weights": 3, "test_context": 3}
     assert scores["bob"]["test_scores"] == 0 and scores["bob"]["test_context"] == 0 and scores["bob"]["test_weights"] == 3
 
 
-def test_a_students_copy_shows_their_own_numbers(tmp_path):
+def test_a_students_copy_shows_their_own_numbers(tmp_path, own_secret):
     """The released notebook, run beside one student's variant.json, prints and checks that student's numbers."""
     process = run_grader("student-kit", "--out", tmp_path / "kit", "--at", "2027-02-01T00:00:00Z", "--student", "alice")
     assert process.returncode == 0, process.stderr
     import nbformat
-    notebook = nbformat.read(tmp_path / "kit" / "attention_basics" / "attention_basics.ipynb", as_version=4)
+    notebook = nbformat.read(tmp_path / "kit-alice" / "attention_basics" / "attention_basics.ipynb", as_version=4)
     cell = next(c for c in notebook.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "variant")
-    shown = subprocess.run([sys.executable, "-c", cell.source], cwd=tmp_path / "kit" / "attention_basics",
+    shown = subprocess.run([sys.executable, "-c", cell.source], cwd=tmp_path / "kit-alice" / "attention_basics",
                            capture_output=True, text=True, timeout=60)
     mine = numbers(BASICS, "alice")
     assert shown.returncode == 0 and f"query:  {mine['query']}" in shown.stdout, shown.stderr

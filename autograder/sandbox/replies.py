@@ -132,6 +132,7 @@ class Work:
     programs: int = 0
     addressed: int = 0
     distinct: int = 0
+    idle_loads: int = 0           # loads whose every lane a mask turned off (a tile wholly outside its tensor)
     kernel_flops: int = 0
     kernel_flops_made: int = 0
     output_stored: float | None = None
@@ -139,8 +140,8 @@ class Work:
     other_threads: int | None = None
 
 
-WORK_COUNTS = ("torch_flops", "torch_elementwise", "exponentials", "launches", "programs", "addressed", "distinct", "kernel_flops",
-               "kernel_flops_made")
+WORK_COUNTS = ("torch_flops", "torch_elementwise", "exponentials", "launches", "programs", "addressed", "distinct",
+               "idle_loads", "kernel_flops", "kernel_flops_made")
 
 
 def _work(value):

@@ -43,10 +43,16 @@ if [ -s packages.txt ]; then
   "$root/venv/bin/python" -m pip install --quiet -r packages.txt
 fi
 
-# The build's own test: the reference solution, graded in the sandbox as a submission would be.
+# The build's own test: the reference solution, graded in the sandbox as a submission would be; where
+# the assignment has each student's own numbers, as the first student of the roster the zip carries.
 assignment="$(cat assignment.txt)"
+student=student
+if [ -s variant-key.json ]; then
+  student="$("$root/venv/bin/python" -c 'import json; print(min(json.load(open("variant-key.json"))["students"]))')" ||
+    fail "variant-key.json carries no roster: build the zip again after make variants ROSTER=roster.csv"
+fi
 for solution in solutions/"$assignment"/*.ipynb; do
-  if ! report="$("$root/venv/bin/python" -m autograder grade --assignment "$assignment" "$solution" 2>&1)"; then
+  if ! report="$("$root/venv/bin/python" -m autograder grade --assignment "$assignment" --student "$student" "$solution" 2>&1)"; then
     fail "the grader cannot run on this image: $(echo "$report" | tail -n 1)"
   fi
   score="$(echo "$report" | tail -n 1)"

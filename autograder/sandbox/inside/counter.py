@@ -277,8 +277,9 @@ class Work:
                       is FREE (a view, an allocation, a copy, a selection): complete by default
       kernels         whether the kernels' share was counted; then interpreted (False on the CUDA
                       device, where it is not counted: all zero), launches, programs, addressed,
-                      distinct, kernel_flops (products whose results reached a store), kernel_flops_made
-                      (every product made), output_stored, foreign_tensors (see kernels.py)
+                      distinct, idle_loads, kernel_flops (products whose results reached a store),
+                      kernel_flops_made (every product made), output_stored, foreign_tensors (see
+                      kernels.py)
 
     Entered several times (a module's counted steps), it adds up the calls."""
 
@@ -307,7 +308,8 @@ class Work:
             counts = self.tally.counts
             reply.update(intact=reply["intact"] and bool(self.tally.intact),
                          interpreted=bool(self.kernels.INTERPRETED),
-                         **{name: int(counts[name]) for name in ("launches", "programs", "addressed", "distinct")},
+                         **{name: int(counts[name])
+                            for name in ("launches", "programs", "addressed", "distinct", "idle_loads")},
                          kernel_flops=int(counts["flops"]), kernel_flops_made=int(counts["flops_made"]),
                          output_stored=self.tally.output_stored, foreign_tensors=self.tally.foreign_tensors)
         return reply

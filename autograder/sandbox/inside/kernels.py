@@ -13,9 +13,10 @@ the kernel runs and not taken from the answer; the count lives in the closure of
 counter.py's does:
 
   launches, programs   kernel launches and the programs of their grids
-  addressed            elements the unmasked lanes of every tl.load read (a program that visits a
-                       tile reads it, a tile it skips is not counted; lanes a mask turns off read
-                       nothing and are not counted either)
+  addressed            elements the unmasked lanes of every load read (a program that visits a
+                       tile reads it, a tile it skips is not counted; lanes a mask, or a tensor
+                       descriptor's bounds, turn off read nothing and are not counted either)
+  idle_loads           loads whose every lane is turned off: a tile visited wholly outside its tensor
   distinct             the distinct elements those lanes read, over the whole call: one element
                        loaded many times counts once
   flops                the products whose results reached a store (tl.store or an atomic took a value
@@ -30,6 +31,18 @@ counter.py's does:
   out_of_bounds        the first tl.load, tl.store or atomic whose unmasked lanes reach outside every
                        tensor passed to the launch (the memory is not touched: the call fails with
                        OutOfBounds, which names the program and the operation)
+
+Every form of load and store the interpreter runs reaches memory through four of its builder's
+operations, which the wrappers count (COUNTED): tl.load and tl.store on pointers (masks, `other`,
+cache and eviction hints, volatile=True), a tensor descriptor's load, store, gather and scatter (made
+in the kernel with tl.make_tensor_descriptor, or on the host with TensorDescriptor), and the atomics
+(tl.atomic_add and the rest, atomic_cas, and the atomic loads and stores).  The wrappers take whatever
+arguments the interpreter passes, by position or by keyword, and pass them all on.  Deny by default:
+when the wrappers are installed, every function of the interpreter that calls one of its native
+module's memory functions (load, store, the atomics, and any function of it not known to touch no
+memory) is found from its code; one that is not counted makes the kernel that uses it fail with
+Uncounted, naming it (and one outside the builder stops the installation): no operation reaches
+memory uncounted.
 
 Before a kernel runs in the interpreter for the first time with given argument types and
 constants, gpu_compiler.py compiles it for a GPU (without one): a body that is not Triton's language
@@ -46,11 +59,84 @@ import os
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _NONE = frozenset()
-FIELDS = ("launches", "programs", "addressed", "flops")
+FIELDS = ("launches", "programs", "addressed", "idle_loads", "flops")
+# The interpreter's builder operations that reach memory themselves, each counted by a wrapper; every
+# other way a kernel reaches memory goes through them (memory_operations finds any that does not).
+COUNTED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+# The functions of the interpreter's native module known to touch no memory (every other one does).
+NATIVE_ARITHMETIC = frozenset({"fma_fp32", "fma_fp64"})
 
 
 class OutOfBounds(IndexError):
     """A kernel's load or store reached memory outside every tensor passed to its launch."""
+
+
+class Uncounted(RuntimeError):
+    """A kernel used an operation on memory that the grader's count does not cover."""
+
+
+def memory_operations(module, native):
+    """{qualified name: function} of the functions in `module` (its own functions and its classes'
+    methods, lambdas and nested functions within them) whose code calls a memory function of `native`,
+    the interpreter's native module: any callable of it outside NATIVE_ARITHMETIC."""
+    import types
+    memory = {name for name in dir(native) if not name.startswith("_") and name not in NATIVE_ARITHMETIC
+              and callable(getattr(native, name)) and not isinstance(getattr(native, name), type)}
+    natives = {name for name, value in vars(module).items() if value is native}
+    direct = {name for name, value in vars(module).items()   # a memory function imported by its own name
+              if any(value is getattr(native, function) for function in memory)}
+
+    def touches(function):
+        used = _names(function)
+        return bool(used & direct) or bool(used & natives and used & memory)
+
+    found = {}
+    for name, value in vars(module).items():
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            for attribute, member in vars(value).items():
+                function = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+                if touches(function):
+                    found[f"{name}.{attribute}"] = function
+        elif isinstance(value, types.FunctionType) and value.__module__ == module.__name__ and touches(value):
+            found[name] = value
+    return found
+
+
+def _names(function):
+    """The global and attribute names a function's code (with the functions nested in it) uses."""
+    import types
+
+    def names(code):
+        found = set(code.co_names)
+        for constant in code.co_consts:
+            if isinstance(constant, types.CodeType):
+                found |= names(constant)
+        return found
+    code = getattr(function, "__code__", None)
+    return names(code) if code is not None else set()
+
+
+def routed_operations(builder, counted=COUNTED):
+    """The names of the builder's operations that reach memory through its counted ones (calling them,
+    or one another, by name): a descriptor's load, store, gather and scatter, tl.load without a mask,
+    the atomic loads, stores and poll."""
+    routed, reached = set(), set(counted)
+    while True:
+        more = {name for name, operation in vars(builder).items()
+                if name not in reached and _names(operation) & reached}
+        if not more:
+            return routed
+        routed |= more
+        reached |= more
+
+
+def refusal(name):
+    """What stands for an interpreter operation on memory that the count does not cover."""
+    def refused(self, *args, **kwargs):
+        raise Uncounted(f"the kernel uses {name}, an operation on memory of Triton's interpreter that the grader "
+                        "cannot count: write the kernel with tl.load and tl.store, tensor descriptors or atomics")
+    refused.__name__ = refused.__qualname__ = name
+    return refused
 
 
 def prepare():
@@ -112,6 +198,7 @@ def _install():
     """Put the wrappers in place; the tally's state lives in this function's closure (as counter.py's
     count does), out of reach of any module attribute.  Returns (begin, end, intact) for Tally."""
     import dataclasses
+    import inspect
 
     import numpy as np
     from triton.runtime import interpreter
@@ -131,9 +218,9 @@ def _install():
     launch = interpreter.GridExecutor.__call__
     run = interpreter.InterpretedFunction.run
 
-    state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "flops": 0, "ranges": [],
-             "program": (0, 0, 0), "read": [], "stored": [], "replaced": False,
-             "products": {}, "stored_products": set(), "launched": set()}
+    state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "idle_loads": 0, "flops": 0,
+             "ranges": [], "program": (0, 0, 0), "read": [], "stored": [], "replaced": False,
+             "products": {}, "stored_products": set(), "launched": set(), "routed": _NONE}
     wrappers = {}
     carrying_sets = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
 
@@ -153,7 +240,7 @@ def _install():
         where = np.asarray(ptrs.data, dtype=np.uint64)
         lanes = where[np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)] if mask is not None else where
         ranges = state["ranges"]
-        if not ranges or lanes.size == 0:
+        if lanes.size == 0:
             return lanes.ravel()
         size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
         inside = np.zeros(lanes.shape, dtype=bool)
@@ -165,15 +252,28 @@ def _install():
                               f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
         return lanes.ravel()
 
-    # The interpreter's operations take other trailing arguments in other Triton versions (3.6's loads
-    # take an eviction policy): the wrappers pass on whatever follows the arguments they read.
-    def create_masked_load(self, ptrs, mask, *rest):
+    # The wrappers take the arguments the interpreter passes, by position or by keyword (a descriptor's
+    # load passes cache_policy and is_volatile by keyword), read the leading ones they count, and pass
+    # them all on as they came.
+    signatures = {name: inspect.signature(operation) for name, operation in originals.items()}
+
+    def leading(name, self, args, kwargs, count):
+        """The first `count` parameters of the interpreter's operation `name` as this call gives them."""
+        if len(args) >= count:
+            return args[:count]
+        bound = signatures[name].bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())[1:count + 1]
+
+    def create_masked_load(self, *args, **kwargs):
         watched()
+        ptrs, mask = leading("create_masked_load", self, args, kwargs, 2)
         lanes = reach(self, ptrs, mask, "tl.load")
         if state["counting"]:
             state["addressed"] += int(lanes.size)
+            state["idle_loads"] += int(lanes.size == 0 and np.size(ptrs.data) > 0)
             state["read"].append(lanes)
-        return originals["create_masked_load"](self, ptrs, mask, *rest)
+        return originals["create_masked_load"](self, *args, **kwargs)
 
     def lanes_of(value, ptrs, mask):
         """The value's elements at the unmasked lanes, in the order reach() gives their addresses."""
@@ -189,23 +289,26 @@ def _install():
         if state["counting"]:
             values = lanes_of(value, ptrs, mask)
             if not (adds and values.size and not np.any(values)):
-                state["stored_products"] |= carried(value)
+                state["stored_products"] |= carried(value) | state["routed"]
             kept = None if adds or what != "tl.store" else np.ascontiguousarray(values).view(f"u{values.itemsize}").copy()
             state["stored"].append((lanes, kept))   # the bits each lane stored (bfloat16 is uint16 here)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
+    def create_masked_store(self, *args, **kwargs):
+        ptrs, value, mask = leading("create_masked_store", self, args, kwargs, 3)
         write(self, ptrs, value, mask, "tl.store")
-        return originals["create_masked_store"](self, ptrs, value, mask, *rest)
+        return originals["create_masked_store"](self, *args, **kwargs)
 
     # Atomic operations read and write memory too: held to the same bounds, their writes noted (what
     # they leave there is not theirs alone: their values are not kept).
-    def create_atomic_rmw(self, operation, ptrs, value, mask, *rest):
+    def create_atomic_rmw(self, *args, **kwargs):
+        operation, ptrs, value, mask = leading("create_atomic_rmw", self, args, kwargs, 4)
         write(self, ptrs, value, mask, "an atomic operation", adds="ADD" in str(operation).upper())
-        return originals["create_atomic_rmw"](self, operation, ptrs, value, mask, *rest)
+        return originals["create_atomic_rmw"](self, *args, **kwargs)
 
-    def create_atomic_cas(self, ptrs, compare, value, *rest):
+    def create_atomic_cas(self, *args, **kwargs):
+        ptrs, _, value = leading("create_atomic_cas", self, args, kwargs, 3)
         write(self, ptrs, value, None, "tl.atomic_cas")
-        return originals["create_atomic_cas"](self, ptrs, compare, value, *rest)
+        return originals["create_atomic_cas"](self, *args, **kwargs)
 
     def product(out, flops, *factors, added=()):
         """Note a product's FLOPs; its result carries them, with what its operands carried, until a store.
@@ -220,38 +323,51 @@ def _install():
             out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in (*factors, *added)))
         return out
 
-    def create_dot(self, a, b, d, *rest):
+    def create_dot(self, *args, **kwargs):
         watched()
-        out = originals["create_dot"](self, a, b, d, *rest)
+        out = originals["create_dot"](self, *args, **kwargs)
         if state["counting"]:
+            a, b, d = leading("create_dot", self, args, kwargs, 3)
             m, k = np.shape(a.data)[-2:]
             product(out, 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k)
                     * int(np.shape(b.data)[-1]), a, b, added=(d,))
         return out
 
-    def create_fmul(self, lhs, rhs):
+    def create_fmul(self, *args, **kwargs):
         watched()
-        out = originals["create_fmul"](self, lhs, rhs)
+        out = originals["create_fmul"](self, *args, **kwargs)
         if state["counting"]:
-            product(out, 2 * int(np.asarray(out.data).size), lhs, rhs)
+            product(out, 2 * int(np.asarray(out.data).size), *leading("create_fmul", self, args, kwargs, 2))
         return out
 
-    def create_fma(self, a, b, c):
+    def create_fma(self, *args, **kwargs):
         watched()
-        out = originals["create_fma"](self, a, b, c)
+        out = originals["create_fma"](self, *args, **kwargs)
         if state["counting"]:
+            a, b, c = leading("create_fma", self, args, kwargs, 3)
             product(out, 2 * int(np.asarray(out.data).size), a, b, added=(c,))
         return out
 
-    def set_grid_idx(self, x, y, z):
+    def set_grid_idx(self, *args, **kwargs):
         watched()
-        state["program"] = (x, y, z)
+        state["program"] = tuple(leading("set_grid_idx", self, args, kwargs, 3))
         if state["counting"]:
             state["programs"] += 1
-        return originals["set_grid_idx"](self, x, y, z)
+        return originals["set_grid_idx"](self, *args, **kwargs)
+
+    def tensors_in(value):
+        """The tensors a launch argument hands the kernel: itself, those in a tuple or list, a host-side
+        tensor descriptor's base."""
+        if hasattr(value, "untyped_storage"):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [tensor for item in value for tensor in tensors_in(item)]
+        if isinstance(value, interpreter.TensorDescriptor):
+            return tensors_in(value.base)
+        return []
 
     def grid_executor_call(self, *args, **kwargs):
-        tensors = [arg for arg in (*args, *kwargs.values()) if hasattr(arg, "untyped_storage")]
+        tensors = [tensor for arg in (*args, *kwargs.values()) for tensor in tensors_in(arg)]
         ranges = []
         for tensor in tensors:
             storage = tensor.untyped_storage()
@@ -265,6 +381,41 @@ def _install():
             return launch(self, *args, **kwargs)
         finally:
             state["ranges"] = outer
+
+    # Deny by default: an operation of the interpreter that reaches memory itself and is not counted above
+    # (a Triton other than the one this was written for) is refused where a kernel uses it.
+    for qualified, operation in memory_operations(interpreter, interpreter._interpreter).items():
+        owner, name = qualified.split(".", 1) if "." in qualified else ("", qualified)
+        if owner == "InterpreterBuilder" and name in COUNTED:
+            continue
+        if owner != "InterpreterBuilder":
+            raise Uncounted(f"Triton's interpreter reaches memory in {qualified}, outside the builder operations "
+                            "the grader counts: the kernel track cannot count this Triton's kernels")
+        setattr(builder, name, refusal(name))
+        wrappers[(builder, name)] = vars(builder)[name]
+
+    # An operation that reaches memory through the counted ones may hand them new handles made from its
+    # arguments (a descriptor's scatter stores row by row): while it runs, what its arguments carry is
+    # carried by whatever it stores; its result carries it too, as any operation's does.
+    def routing(operation):
+        def wrapper(self, *args, **kwargs):
+            watched()
+            outer = state["routed"]
+            given = carried(args) | carried(tuple(kwargs.values()))
+            state["routed"] = outer | given
+            try:
+                out = operation(self, *args, **kwargs)
+            finally:
+                state["routed"] = outer
+            if given:
+                carry(out, given)
+            return out
+        wrapper.__name__ = wrapper.__qualname__ = operation.__name__
+        return wrapper
+
+    for name in routed_operations(builder):
+        setattr(builder, name, routing(vars(builder)[name]))
+        wrappers[(builder, name)] = vars(builder)[name]
 
     # The interpreter patches triton.language again at every call of a @triton.jit function inside a
     # kernel (tl.max, tl.sum: once a program), and never undoes it: most of a small kernel's time.  The
@@ -341,7 +492,8 @@ def _install():
 
     # Put in place for a counted call only (Tally), so that no other call pays for them.
     operations = [(builder, name, operation) for name, operation in list(vars(builder).items())
-                  if name.startswith("create_") and name not in originals and callable(operation)]
+                  if name.startswith("create_") and name not in originals and (builder, name) not in wrappers
+                  and callable(operation)]
     operations.append((interpreter.ReduceScanOpInterface, "apply", interpreter.ReduceScanOpInterface.apply))
     carrying_sets.update({"plain": operations,
                       "carrying": [(owner, name, carrying(operation)) for owner, name, operation in operations]})

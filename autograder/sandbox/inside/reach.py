@@ -83,7 +83,7 @@ ALLOWED_MODULES = (
     "torch.cuda", "torch.backends", "torch.backends.*", "torch.testing", "torch.distributions", "torch.types",
     "torch.random", "torch.utils", "torch.utils.data", "torch.utils.checkpoint", "torch.amp", "torch.functional",
     "torch.serialization", "torch.version",
-    "triton", "triton.language", "triton.language.*", "triton.testing",
+    "triton", "triton.language", "triton.language.*", "triton.testing", "triton.tools.tensor_descriptor",
 )
 
 

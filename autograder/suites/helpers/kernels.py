@@ -77,9 +77,14 @@ TRITON_CRASHES = [
     (("0 active drivers",), "@triton.autotune (and anything else that benchmarks or compiles for a GPU) needs a GPU, "
                             "and the kernels are graded in Triton's interpreter: choose the block sizes and launch "
                             "the kernel yourself"),
-    (("make_block_ptr", "'advance'"), "block pointers (tl.make_block_ptr, tl.advance) are gone from Triton 3.9: "
-                                      "compute the pointers from the strides (with masks), or use "
-                                      "tl.make_tensor_descriptor"),
+    (("make_block_ptr", "'advance'", "Block pointers have been removed"),
+     "block pointers (tl.make_block_ptr, tl.advance) are gone from Triton 3.9: compute the pointers from the "
+     "strides (with masks), or use tl.make_tensor_descriptor"),
+    (("create_descriptor_reduce",), "a tensor descriptor's atomics (desc.atomic_add and the rest) do not run in "
+                                    "Triton's interpreter: use tl.atomic_add and the rest on pointers"),
+    (("Uncounted",), "the kernel reaches memory by an operation of Triton's interpreter that the grader cannot "
+                     "count: load and store with tl.load and tl.store, tensor descriptors (desc.load, desc.store) "
+                     "or the tl.atomic_ operations"),
     (("trans_a", "trans_b"), "tl.dot takes no trans_a or trans_b since Triton 2.1: pass tl.trans(b)"),
     (("CompilationError",), "Triton could not compile the kernel for the GPU: its body is not Triton that a GPU "
                             "compiles (NumPy, Python lists or torch inside it, or a tl operation given what it "
