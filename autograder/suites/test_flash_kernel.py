@@ -14,7 +14,7 @@ import torch
 
 from autograder.harness import checks, substance
 from autograder.suites.helpers import kernels
-from autograder.suites.helpers.common import check_inputs_unchanged, crash_hint, named
+from autograder.suites.helpers.common import check_inputs_unchanged, counted, crash_hint, named
 from autograder.suites.helpers.kernels import (OUT_OF_BOUNDS, TRITON_CRASHES, check_kernel_work, kernel_qkv,
                                                laid_out, padded, reference, sequence_major)
 from autograder.suites.helpers.tiled import tiled_attention
@@ -34,6 +34,9 @@ CAUSES = {
     "no_diagonal_mask": "no causal mask inside the tiles on the diagonal (key j > query i must get no weight)",
     "no_skip": "Programs must not visit the key tiles that lie wholly after their last query: end the loop over "
                "key tiles at min((tile + 1) * BLOCK_M, Sk) when causal.",
+    "no_cap": "a causal loop whose end is not capped by Sk: with BLOCK_M > BLOCK_N the last query tile's end, "
+              "(tile + 1) * BLOCK_M, lies past the keys, and its program visits key tiles wholly past Sk (loads "
+              "whose every lane the mask turns off); the end is min((tile + 1) * BLOCK_M, Sk)",
     "dtype": "out has q's dtype (allocate it with q.dtype) and lse is float32.",
     "in_place": "the output stored over an input: allocate out (torch.empty) and leave q, k and v as they were",
     "v_strides": "V's elements addressed with K's strides: V has its own layout (pass and use *v.stride())",
@@ -257,3 +260,21 @@ def test_causal_skips_tiles_above_the_diagonal(student):
                    f"The causal call's loads addressed {addressed[True]:,} elements, {ratio:.2f} of the "
                    f"{addressed[False]:,} of the call without the mask; visiting only the tiles on or below the "
                    f"diagonal addresses {skip:.2f} of it here.", CAUSES["no_skip"])
+    check_no_tile_past_the_keys(student)
+
+
+def check_no_tile_past_the_keys(student, n=40, block_m=32, block_n=8):
+    """Query tiles longer than key tiles, on a length the query tiles do not divide: the last query
+    tile's end, (tile + 1) * BLOCK_M = 64, lies past the 40 keys, and its program must still stop at Sk.
+    A visit of a tile wholly past Sk reads nothing (every lane masked off) and changes no value: the
+    count of loads whose every lane is off shows it.  The values of causal calls are checked above and
+    by test_causal; a grid other than the statement's is judged by the value tests (its extra programs'
+    loads are off too)."""
+    q, k, v = inputs(1, 1, n, n, 16, seed=15)
+    work = counted(flash(student, q, k, v, True, block_m, block_n, count=True)[2], "triton_flash_attention")
+    if not work.interpreted or work.programs != math.ceil(n / block_m):
+        return
+    checks.require(work.idle_loads == 0,
+                   f"The causal call on {n} tokens with blocks of {block_m} queries and {block_n} keys ran "
+                   f"{work.idle_loads} load(s) whose every lane the mask turned off: its programs visit tiles "
+                   "that lie wholly past the end of their tensor.", CAUSES["no_cap"])

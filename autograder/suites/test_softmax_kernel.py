@@ -17,6 +17,9 @@ CAUSES = {
     "stride": "the row's start taken as row * n_cols instead of row * x_row_stride (x.stride(0)): rows lie "
               "x.stride(0) elements apart in memory",
     "no_max": "exp(x) without subtracting the row's maximum (it overflows for large scores)",
+    "padding_max": "a row's maximum taken over the padding lanes too (the lanes past n_cols loaded as 0, then left "
+                   "out of the sum): where every score of a row lies far below 0 that maximum is 0, exp(x - 0) "
+                   "underflows to 0 in every lane, and the row divides 0 by 0",
     "dtype": "The output must have x's dtype: allocate it with torch.empty_like(x) or dtype=x.dtype.",
     "in_place": "the softmax stored over its input: allocate the output (torch.empty_like(x)) and leave x as it was",
     "fixed_block": "a BLOCK of fixed size: a row wider than it is cut short; BLOCK must cover the whole row, "
@@ -43,7 +46,11 @@ def named_mistakes(x):
     memory = torch.as_strided(x, ((rows - 1) * x.stride(0) + cols,), (1,)).double()   # x's rows as they lie in memory
     contiguous_rows = torch.stack([memory[r * cols:(r + 1) * cols] for r in range(rows)])
     exponentials = torch.exp(x.float()).double()
-    found = dict(other_zero=other_zero, stride=torch.softmax(contiguous_rows, dim=-1),
+    shifted = torch.exp(x.float() - x.float().amax(-1, keepdim=True).clamp(min=0)).double()   # padding's 0 in the max
+    # (with every score below 0 the padding's maximum is no_max's exp(x): named first, it is the one
+    # such rows reach, since no_max already fails the scores near +1000 before them)
+    found = dict(padding_max=shifted / shifted.sum(-1, keepdim=True), other_zero=other_zero,
+                 stride=torch.softmax(contiguous_rows, dim=-1),
                  no_max=exponentials / exponentials.sum(-1, keepdim=True))
     return named(CAUSES, **{key: value.to(x.dtype) for key, value in found.items()})
 
@@ -127,6 +134,10 @@ def test_keeps_float16(student):
 def test_survives_large_scores(student):
     compare(student, rows(3, 64, seed=8, scale=300.0), "triton_softmax(x) of scores near ±1000",
             "Subtract the row's maximum before tl.exp.")
+    # Every score near -10000, in rows of 37 (a BLOCK of 64): the row's maximum must be its own, not the
+    # padding lanes' (exp(x - 0) underflows to 0 in every lane).
+    compare(student, rows(4, 37, seed=10) - 1e4, "triton_softmax(x) of rows of 37 scores near -10000",
+            "The row's maximum is over its own n_cols lanes: load the lanes past n_cols as -inf.")
 
 
 def test_the_kernel_does_the_work(student):

@@ -64,6 +64,10 @@ MISTAKES = [
             fails=("causal_skips_tiles_above_the_diagonal",), on_gpu=(),
             code=changed("        end = tl.minimum((tile + 1) * BLOCK_M, Sk)                          # are never visited\n",
                          "        pass\n")),
+    # Right values (the tiles past Sk are masked off entirely): only the count of the loads shows the visits.
+    Mistake("the causal loop's end not capped by Sk (tiles past the keys visited when BLOCK_M > BLOCK_N)", "no_cap",
+            fails=("causal_skips_tiles_above_the_diagonal",), on_gpu=(),
+            code=changed("end = tl.minimum((tile + 1) * BLOCK_M, Sk)", "end = (tile + 1) * BLOCK_M")),
     Mistake("no division by l at the end", "no_division",
             fails=VALUES + MEASURED,
             code=changed("    acc = acc / l[:, None]\n", "")),
@@ -143,6 +147,56 @@ def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
     flash_attention_kernel[launch](q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
                                    heads, length, k.shape[2], dim ** -0.5,
                                    CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=dim)
+    return out, lse
+'''),
+    # Triton 3's tensor descriptors (what its tutorials teach in place of block pointers): a descriptor's
+    # bounds are the loads' masks, its loads pass cache_policy to the interpreter by keyword.
+    Alternative("tensor descriptors made in the kernel (tl.make_tensor_descriptor, desc.load, desc.store)",
+                SIGNATURE + '''    tile, head = tl.program_id(0), tl.program_id(1)
+    b, h = head // H, head % H
+    q_desc = tl.make_tensor_descriptor(Q + b * stride_qb + h * stride_qh, shape=[Sq, D], strides=[stride_qs, 1],
+                                       block_shape=[BLOCK_M, D])
+    k_desc = tl.make_tensor_descriptor(K + b * stride_kb + h * stride_kh, shape=[Sk, D], strides=[stride_ks, 1],
+                                       block_shape=[BLOCK_N, D])
+    v_desc = tl.make_tensor_descriptor(V + b * stride_vb + h * stride_vh, shape=[Sk, D], strides=[stride_vs, 1],
+                                       block_shape=[BLOCK_N, D])
+    o_desc = tl.make_tensor_descriptor(Out + b * stride_ob + h * stride_oh, shape=[Sq, D], strides=[stride_os, 1],
+                                       block_shape=[BLOCK_M, D])
+    first = tile * BLOCK_M
+    rows = first + tl.arange(0, BLOCK_M)
+    q = q_desc.load([first, 0])
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    end = tl.minimum(first + BLOCK_M, Sk) if CAUSAL else Sk
+    for start in range(0, end, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        k = k_desc.load([start, 0])
+        v = v_desc.load([start, 0])
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        visible = cols[None, :] < Sk
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        rescale = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * rescale + tl.sum(p, axis=1)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        m = m_new
+    o_desc.store([first, 0], (acc / l[:, None]).to(Out.dtype.element_ty))
+    tl.store(Lse + head * Sq + rows, m + tl.log(l), mask=rows < Sq)
+
+
+def triton_flash_attention(q, k, v, causal=False, block_m=32, block_n=32):
+    B, H, Sq, D = q.shape
+    Sk = k.shape[2]
+    out = torch.empty(B, H, Sq, D, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, H, Sq, dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(Sq, block_m), B * H)
+    flash_attention_kernel[grid](
+        q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H, Sq, Sk, 1.0 / math.sqrt(D), CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=D)
     return out, lse
 '''),
     Alternative("pointers advanced tile by tile, products by broadcasting", SIGNATURE + '''    i = tl.program_id(0)

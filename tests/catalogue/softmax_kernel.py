@@ -19,12 +19,17 @@ STORE = "tl.store(out_ptr + row * out_row_stride + cols, y, mask=inside)"
 
 MISTAKES = [
     Mistake("no mask on the load or the store", "no_mask",
-            fails=UNEVEN + ("keeps_float16",), on_gpu=UNDEFINED_ON_A_GPU,
+            fails=UNEVEN + ("keeps_float16", "survives_large_scores"), on_gpu=UNDEFINED_ON_A_GPU,
             code=changed(LOAD, 'x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)',
                          STORE, "tl.store(out_ptr + row * out_row_stride + cols, y)")),
     Mistake("the lanes past the row loaded as 0", "other_zero",
-            fails=UNEVEN + ("keeps_float16",),
+            fails=UNEVEN + ("keeps_float16", "survives_large_scores"),
             code=changed('mask=inside, other=-float("inf"))', "mask=inside, other=0.0)")),
+    # Right wherever some score of a row is above 0: the padding's 0 is then no row's maximum.
+    Mistake("the lanes past the row loaded as 0 and left out of the sum, but not of the maximum", "padding_max",
+            fails=("survives_large_scores",),
+            code=changed('mask=inside, other=-float("inf"))', "mask=inside, other=0.0)",
+                         "numerator = tl.exp(x) ", "numerator = tl.where(inside, tl.exp(x), 0.0) ")),
     Mistake("rows found at row * n_cols (a contiguous layout assumed)", "stride",
             fails=("rows_with_a_stride",),
             code=changed("x_ptr + row * x_row_stride + cols", "x_ptr + row * n_cols + cols")),
