@@ -335,10 +335,18 @@ def _published(args, course):
     return layout, classroom.publish(course, layout, args.db if exists(args.db) else None)
 
 
+def _held_back(held, what):
+    """One line per grades.csv row the LMS is not given, and why (lms.final_scores)."""
+    for student, assignment, why in held:
+        print(f"{student}/{assignment}: held back, {what} ({why})")
+
+
 def _export_lms(args, course):
-    from autograder import classroom, lms
-    layout, results = _published(args, course)
-    paths, unknown = lms.write_exports(course, layout, classroom.wide_rows(course, results), args.roster)
+    from autograder import lms
+    layout, _ = _published(args, course)
+    scores, held = lms.final_scores(course, layout.grades_csv)
+    paths, unknown = lms.write_exports(course, layout.out, scores, args.roster)
+    _held_back(held, "its cell left empty")
     print("LMS imports: " + "  ".join(map(str, paths)))
     if unknown:
         print(f"Graded but not in {args.roster} (kept in the files; the LMS will report them): {', '.join(unknown)}")
@@ -363,9 +371,10 @@ def _lms_push(args, course):
     key = None if args.dry_run else lti.read_private_key(platform.private_key, course.root)
     for assignment in args.assignment or []:
         course.assignment(assignment)
-    layout, results = _published(args, course)
-    scores = lti.final_scores(course, results, args.assignment)
+    layout, _ = _published(args, course)
+    scores, held = lms.final_scores(course, layout.grades_csv, args.assignment)
     roster = lms.read_roster(args.roster)
+    _held_back(held, "not sent")
     if args.dry_run:   # the roster and the state file only: no network
         outcome = lti.dry_run(course, scores, roster, layout.out, force=args.force)
         print(f"Would send {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the "
@@ -380,6 +389,9 @@ def _lms_push(args, course):
         print(f"{student}/{assignment}: not sent: {why}" if student else f"the push stopped: {why}", file=sys.stderr)
     print(f"Sent {len(outcome.sent)} score(s) to {platform.issuer}; {outcome.unchanged} unchanged since the last "
           f"push{' (FORCE=1 sends them again)' if outcome.unchanged else ''}"
+          + (f"; {len(outcome.resent)} of them sent again as the same update (with their first timestamp: no "
+             "answer had confirmed them)" if outcome.resent else "")
+          + (f"; {len(held)} held back" if held else "")
           + (f"; line items created: {', '.join(outcome.created)}" if outcome.created else "") + ".")
     if outcome.failed or ambiguous:
         print(f"{len(outcome.failed) + len(ambiguous)} not sent: run the same command again once fixed "

@@ -3,7 +3,8 @@
     lms-keys    the tool's RSA key pair: the private key in a file only its owner reads (outside the
                 course repository), the public key as the JWKS to register in the LMS
     lms-push    for each assignment graded, the final score grades.csv holds (automatic + manual -
-                late penalty) of every roster student who is a learner of the LMS course:
+                late penalty; lms.final_scores reads it) of every roster student who is a learner of
+                the LMS course; a grader fault, or a row without a score, is held back, never sent:
 
       token         OAuth 2 client credentials, with a client assertion (a JWT signed RS256 with the
                     tool's key, its kid from the JWKS), asking for the three scopes below only
@@ -13,11 +14,15 @@
                     scoreMaximum = its points when missing; then one score per student
                     (application/vnd.ims.lis.v1.score+json)
 
-What was sent is kept in <out>/lms-pushed.json: the next push sends only the scores that changed
-(FORCE sends all). A score is a replacement at the platform, so sending one again counts nothing
-twice. Refused or failed requests are retried where that can help (timeouts, 5xx, 429 with
-Retry-After), a bounded number of times; whatever still fails is one line per student, and the
-command exits non-zero.
+What is sent is kept in <out>/lms-pushed.json, written before each score goes (with its timestamp,
+unconfirmed) and again once the platform answered (confirmed): the next push sends only the scores
+that changed (FORCE sends all) and those never confirmed. A score whose answer was lost is sent
+again with the timestamp it first carried, so the platform receives the same update twice, never a
+second score: AGS keeps one result per user and line item, and a platform keeps the latest timestamp
+(Canvas refuses an earlier one; an equal one replaces the score with the same value). Creating a line
+item is not repeated blindly: when its answer is lost, the line items are read again first. Refused
+or failed requests are retried where that can help (timeouts, 5xx, 429 with Retry-After), a bounded
+number of times; whatever still fails is one line per student, and the command exits non-zero.
 
 PyJWT signs the assertion (with `cryptography` underneath) and httpx carries the requests.
 """
@@ -196,14 +201,15 @@ class Connection:
         except (ValueError, KeyError):
             raise CourseError(f"the platform's token answer has no access_token ({_reason(response)})") from None
 
-    def _send(self, method, url, **options):
-        """One request, retried on no answer, 5xx and 429 (after Retry-After, at most 30 s)."""
+    def _send(self, method, url, resend=True, **options):
+        """One request, retried on 5xx and 429 (after Retry-After, at most 30 s) and, unless `resend` is
+        False (a request that is not idempotent), on no answer."""
         for attempt in range(self.platform.retries + 1):
             last = attempt == self.platform.retries
             try:
                 response = self.http.request(method, url, **options)
             except httpx.TransportError as error:
-                if last:
+                if last or not resend:
                     raise PushError(0, f"no answer from {urlsplit(url).netloc} ({type(error).__name__})") from None
                 time.sleep(min(2 ** attempt, 8))
                 continue
@@ -217,17 +223,18 @@ class Connection:
             return response
         raise AssertionError("unreachable")
 
-    def request(self, method, url, *, accept, content_type=None, body=None):
-        """The JSON answer of a service request; PushError when it fails for good."""
+    def request(self, method, url, *, accept, content_type=None, body=None, resend=True):
+        """The JSON answer of a service request; PushError when it fails for good (status 0: no answer,
+        and with resend=False the request is not sent again after a lost answer)."""
         headers = {"Authorization": f"Bearer {self.token}", "Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         content = None if body is None else json.dumps(body).encode()
-        response = self._send(method, url, headers=headers, content=content)
+        response = self._send(method, url, resend, headers=headers, content=content)
         if response.status_code == 401 and self.token:  # an access token that expired during a long push
             self.authenticate()
             headers["Authorization"] = f"Bearer {self.token}"
-            response = self._send(method, url, headers=headers, content=content)
+            response = self._send(method, url, resend, headers=headers, content=content)
         if response.status_code >= 400:
             raise PushError(response.status_code, _reason(response))
         return response
@@ -289,10 +296,29 @@ def match_roster(roster, course_members, column):
 
 
 def line_items(connection):
-    items = []
+    """{resourceId or tag: line item} of the course's line items (the first of each key)."""
+    items = {}
     for page in connection.pages(connection.platform.lineitems_url, LINEITEMS):
-        items += page if isinstance(page, list) else page.get("lineItems", [])
+        for item in page if isinstance(page, list) else page.get("lineItems", []):
+            for key in (item.get("resourceId"), item.get("tag")):
+                if key and key not in items:
+                    items[key] = item
     return items
+
+
+def create_line_item(connection, assignment):
+    """The assignment's new line item.  Creating one is not idempotent: when the answer is lost, the
+    line items are read again, and the request sent again only when none was made."""
+    body = {"label": assignment.title, "scoreMaximum": assignment.max_score, "resourceId": assignment.id,
+            "tag": assignment.id}
+    create = dict(accept=LINEITEM, content_type=LINEITEM, body=body)
+    try:
+        return connection.request("POST", connection.platform.lineitems_url, resend=False, **create).json()
+    except PushError as error:
+        if error.status:
+            raise
+    return line_items(connection).get(assignment.id) or \
+        connection.request("POST", connection.platform.lineitems_url, resend=False, **create).json()
 
 
 def scores_url(lineitem_url):
@@ -306,24 +332,17 @@ def scores_url(lineitem_url):
 @dataclass
 class Outcome:
     sent: list = field(default_factory=list)        # (student, assignment, score)
+    resent: list = field(default_factory=list)      # of those, (student, assignment) sent before, never confirmed
     unchanged: int = 0
     created: list = field(default_factory=list)     # assignment ids whose line item was created
     failed: list = field(default_factory=list)      # (student, assignment or "", why)
     refused: list = field(default_factory=list)     # (student, why not sent at all)
 
 
-def final_scores(course, results, assignments=None):
-    """{assignment id: {student: (final score, points)}} of what grades.csv holds; a student who did
-    not hand in an assignment that others did gets 0 there, as in the wide export and LMS imports."""
-    chosen = [a for a in course.assignments if any(r.assignment == a.id for r in results)
-              and (not assignments or a.id in assignments)]
-    scores = {(r.student, r.assignment): r.final_score for r in results}
-    return {a.id: {student: (scores.get((student, a.id), 0.0), a.max_score) for student in {r.student for r in results}}
-            for a in chosen}
-
-
 def read_state(out):
-    """What earlier pushes sent ({assignment: {student: record}}); {} when none or unreadable."""
+    """What earlier pushes sent ({assignment: {student: record}}); {} when none or unreadable.  A record
+    holds the user, score, max, line_item and timestamp of the last score sent, and whether the
+    platform's answer confirmed it (records written before that was kept were all confirmed)."""
     state_path = Path(out) / STATE
     try:
         return json.loads(state_path.read_text()) if state_path.exists() else {}
@@ -331,72 +350,91 @@ def read_state(out):
         return {}
 
 
+def _confirmed(record):
+    return record.get("confirmed", True)
+
+
 def dry_run(course, scores, roster, out, *, force=False, say=print):
     """What a push would send, from the roster and the state file alone: no network, nothing written.
     Every roster row is listed (which of them the LMS knows as learners, and which line items it
-    lacks, only the real push can ask); a score the last push sent unchanged is counted, not listed."""
+    lacks, only the real push can ask); a score the last push sent unchanged is counted, not listed;
+    a score held back (None: lms.final_scores says why) is neither."""
     state = read_state(out)
     outcome = Outcome()
     for assignment_id, by_student in scores.items():
         maximum = course.assignment(assignment_id).max_score
         for student in sorted(roster):
+            if student in by_student and by_student[student] is None:
+                continue
             given, points = by_student.get(student, (0.0, maximum))
             before = state.get(assignment_id, {}).get(student)
-            if not force and before and (before.get("score"), before.get("max")) == (given, points):
+            same = before and (before.get("score"), before.get("max")) == (given, points)
+            if not force and same and _confirmed(before):
                 outcome.unchanged += 1
                 continue
-            was = f"was {before['score']:g}" if before else "not pushed before"
+            was = ("sent before, its answer never came: sent again as the same update" if same and not _confirmed(before)
+                   else f"was {before['score']:g}" if before else "not pushed before")
             say(f"would send {student} {assignment_id}: {given:g} / {points:g} ({was})")
             outcome.sent.append((student, assignment_id, given))
     return outcome
 
 
 def push(course, platform, private_key, scores, roster, out, *, force=False):
-    """Send `scores` (final_scores) for the roster's learners; the Outcome.  What was sent is kept in
-    <out>/lms-pushed.json (dry_run above says what would go, without the network)."""
-    state_path = Path(out) / STATE
+    """Send `scores` (lms.final_scores; None: held back, never sent) for the roster's learners; the
+    Outcome.  What is sent is kept in <out>/lms-pushed.json (dry_run above says what would go, without
+    the network)."""
     state = read_state(out)
     outcome = Outcome()
     connection = Connection(platform, private_key)
     try:
         connection.authenticate()
         mapped, outcome.refused = match_roster(roster, members(connection), platform.match)
-        items = {}
-        for item in line_items(connection):
-            for key in (item.get("resourceId"), item.get("tag")):
-                if key and key not in items:
-                    items[key] = item
+        items = line_items(connection)
         for assignment_id, by_student in scores.items():
             assignment = course.assignment(assignment_id)
-            item = items.get(assignment_id)
-            if item is None:
+            if assignment_id not in items:
                 outcome.created.append(assignment_id)
-                item = connection.request("POST", platform.lineitems_url, accept=LINEITEM, content_type=LINEITEM,
-                                          body={"label": assignment.title, "scoreMaximum": assignment.max_score,
-                                                "resourceId": assignment_id, "tag": assignment_id}).json()
+                items[assignment_id] = create_line_item(connection, assignment)
             for student, user in sorted(mapped.items()):
+                if student in by_student and by_student[student] is None:
+                    continue
                 given, maximum = by_student.get(student, (0.0, assignment.max_score))
-                record = {"user": user, "score": given, "max": maximum, "line_item": item["id"]}
-                if not force and state.get(assignment_id, {}).get(student) == record:
-                    outcome.unchanged += 1
-                    continue
-                score = {"userId": user, "scoreGiven": given, "scoreMaximum": maximum,
-                         "activityProgress": "Completed", "gradingProgress": "FullyGraded",
-                         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
-                if platform.feedback_url:
-                    score["comment"] = "Feedback: " + platform.feedback_url.format(student=student,
-                                                                                   assignment=assignment_id)
-                try:
-                    connection.request("POST", scores_url(item["id"]), accept="application/json",
-                                       content_type=SCORE, body=score)
-                except PushError as error:
-                    outcome.failed.append((student, assignment_id, str(error)))
-                    continue
-                outcome.sent.append((student, assignment_id, given))
-                state.setdefault(assignment_id, {})[student] = record
-                write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))  # a crash loses nothing sent
+                _send_score(connection, platform, state, Path(out) / STATE, outcome, student, assignment_id,
+                            {"user": user, "score": given, "max": maximum, "line_item": items[assignment_id]["id"]},
+                            force)
     except PushError as error:
         outcome.failed.append(("", "", str(error)))
     finally:
         connection.close()
     return outcome
+
+
+def _send_score(connection, platform, state, state_path, outcome, student, assignment_id, record, force):
+    """One student's score of one assignment, unless the platform confirmed it already.  The record goes
+    to the state file before the request (unconfirmed, with its timestamp) and after its answer
+    (confirmed): a score never confirmed is sent again with the timestamp it first carried."""
+    before = state.get(assignment_id, {}).get(student) or {}
+    same = {key: before.get(key) for key in record} == record
+    if same and _confirmed(before) and not force:
+        outcome.unchanged += 1
+        return
+    again = same and not _confirmed(before)   # the same update again: its answer was lost, or it failed
+    timestamp = before["timestamp"] if again else datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    score = {"userId": record["user"], "scoreGiven": record["score"], "scoreMaximum": record["max"],
+             "activityProgress": "Completed", "gradingProgress": "FullyGraded", "timestamp": timestamp}
+    if platform.feedback_url:
+        score["comment"] = "Feedback: " + platform.feedback_url.format(student=student, assignment=assignment_id)
+    records = state.setdefault(assignment_id, {})
+    records[student] = {**record, "timestamp": timestamp, "confirmed": False}
+    write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))   # before it goes: a crash loses nothing
+    try:
+        connection.request("POST", scores_url(record["line_item"]), accept="application/json", content_type=SCORE,
+                           body=score)
+    except PushError as error:
+        outcome.failed.append((student, assignment_id, str(error)))
+        return
+    records[student]["confirmed"] = True
+    write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True))
+    outcome.sent.append((student, assignment_id, record["score"]))
+    if again:
+        outcome.resent.append((student, assignment_id))

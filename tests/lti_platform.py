@@ -5,17 +5,23 @@ endpoint (the client-credentials grant with a JWT client assertion, checked agai
 registered JWKS) and its Assignment and Grade Services and Names and Role Provisioning Services
 handlers, with an in-memory gradebook behind them.  Around it, http.server and the checks the
 specifications ask that the library leaves to the host: the assertion's audience, issuer, subject,
-lifetime and jti; each endpoint's scope, Content-Type and Accept; paging with Link headers; and a
-Canvas-like refusal of scores for members who are not learners.  It keeps every request and score.
+lifetime and jti; each endpoint's scope, Content-Type and Accept; paging with Link headers; a
+Canvas-like refusal of scores for members who are not learners; and AGS's timestamps: one result per
+line item and user, a score older than the result refused (400, as Canvas does), one with the
+result's own timestamp taken as the same update again (acknowledged, nothing changes: AGS lets a
+platform ignore it).  It keeps every request and score received, and the updates that changed a result.
 
 Faults can be queued: platform.fault(kind, status, ...) answers the next request of that kind
-(token, lineitems, scores, members) with that status (or holds it `delay` seconds) instead.
+(token, lineitems, scores, members; `method` and `user` narrow it) with that status (or holds it
+`delay` seconds) instead; with drop=True the request is taken as usual and the connection closed
+without an answer (the answer lost on the way back).
 """
 
 import json
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
@@ -81,7 +87,12 @@ class _Grades(AssignmentsGradesService):
         del self.platform.lineitems[line_item_id]
 
     def update_score(self, line_item_id, score):
-        self.platform.scores.append((line_item_id, score))
+        with self.platform.lock:
+            self.platform.scores.append((line_item_id, score))
+            key = line_item_id, score["userId"]
+            if self.platform.results.get(key, {}).get("timestamp") != score["timestamp"]:  # not the same update again
+                self.platform.results[key] = score
+                self.platform.updates.append((line_item_id, score))
         return UpdateScoreStatus.SUCCESS
 
     def get_results(self, line_item_id, page=1, limit=None, user_id=None):
@@ -110,6 +121,8 @@ class Fault:
     retry_after: str = ""
     delay: float = 0.0
     user: str = ""           # scores only: the fault is for this user's scores
+    method: str = ""         # only requests of this method (GET, POST)
+    drop: bool = False       # take the request, then close the connection without answering
 
 
 @dataclass
@@ -121,6 +134,8 @@ class Platform:
     issuer: str = "https://lms.example.edu"
     lineitems: dict = field(default_factory=dict)
     scores: list = field(default_factory=list)          # (line item id, score) in the order received
+    results: dict = field(default_factory=dict)         # (line item id, user) -> the score that set the result
+    updates: list = field(default_factory=list)         # (line item id, score) of each score that changed a result
     token_requests: list = field(default_factory=list)  # the form of each accepted token request
     log: list = field(default_factory=list)             # (method, path, status)
     faults: list = field(default_factory=list)
@@ -153,11 +168,9 @@ class Platform:
         self.faults.append(Fault(kind, status, **options))
 
     def gradebook(self):
-        """{(the line item's resourceId, LMS user id): the last score given}."""
-        book = {}
-        for item_id, score in self.scores:
-            book[self.lineitems[item_id]["resourceId"], score["userId"]] = score["scoreGiven"]
-        return book
+        """{(the line item's resourceId, LMS user id): the score of its result}."""
+        return {(self.lineitems[item_id]["resourceId"], user): score["scoreGiven"]
+                for (item_id, user), score in self.results.items()}
 
     def configuration_file(self, private_key, **extra):
         return {"issuer": self.issuer, "client_id": self.client_id, "deployment_id": "1",
@@ -183,6 +196,10 @@ def _handler(platform):
             self._serve("POST")
 
         def _answer(self, status, body=None, media="application/json", headers=()):
+            if getattr(self, "dropping", False):   # a queued drop: the request was taken, its answer is lost
+                self.close_connection = True
+                platform.log.append((self.command, urlsplit(self.path).path, "dropped"))
+                return
             data = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", media)
@@ -225,7 +242,7 @@ def _handler(platform):
         def _faulted(self, kind, body):
             with platform.lock:
                 for fault in platform.faults:
-                    if fault.kind != kind or fault.times <= 0:
+                    if fault.kind != kind or fault.times <= 0 or fault.method not in ("", self.command):
                         continue
                     if fault.user and (not body or json.loads(body).get("userId") != fault.user):
                         continue
@@ -233,6 +250,9 @@ def _handler(platform):
                     break
                 else:
                     return False
+            if fault.drop:
+                self.dropping = True
+                return False
             if not fault.status:
                 time.sleep(fault.delay)
                 return False
@@ -334,8 +354,12 @@ def _handler(platform):
             if not 0 <= score["scoreGiven"] <= score["scoreMaximum"]:
                 raise Refused(400, "invalid_score", "scoreGiven out of range")
             try:
-                time.strptime(score.get("timestamp", "")[:19], "%Y-%m-%dT%H:%M:%S")
+                timestamp = datetime.fromisoformat(score.get("timestamp", ""))
             except ValueError:
                 raise Refused(400, "invalid_score", "timestamp must be ISO 8601") from None
+            result = platform.results.get((item["id"], score["userId"]))
+            if result and datetime.fromisoformat(result["timestamp"]) > timestamp:
+                raise Refused(400, "invalid_score", f"timestamp {score['timestamp']} before the result's "
+                                                    f"{result['timestamp']}")
 
     return Handler

@@ -245,3 +245,98 @@ def test_the_make_targets_forward_their_variables():
     assert "--assignment masks --dry-run --force" in dry.stdout
     assert "lms-keys --out" in subprocess.run(["make", "-n", "lms-keys", "KEY=k.pem"], cwd=ROOT, capture_output=True,
                                               text=True).stdout
+
+
+def test_faults_mid_push_then_the_push_again_send_each_score_once(platform, key, course_copy):
+    """429 with Retry-After, 500 and a connection dropped after the platform took the score, each past
+    the retries, and the first line item's answer lost: the push stops with one line each; the push
+    again sends only those, a lost answer's score again as the same update (its first timestamp).  The
+    platform ends with every score once, at its value, and a third push sends nothing."""
+    platform.fault("lineitems", method="POST", drop=True)                      # created; its answer lost
+    platform.fault("scores", 429, times=2, retry_after="1", user="lms-cara_no_scaling")
+    platform.fault("scores", 500, times=2, user="lms-dev_wrong_axes")
+    platform.fault("scores", drop=True, times=2, user="lms-eli_three_d_only")  # taken twice, answered never
+    out = course_copy[0]
+    first = push(platform, key, course_copy, config_extra={"retries": 1, "timeout": 5})
+    assert first.returncode == 1
+    lines = first.stderr.splitlines()
+    assert len(lines) == 4 and lines[-1] == "3 not sent: run the same command again once fixed (only what was not " \
+                                           "sent goes)."
+    assert lines[0].startswith("cara_no_scaling/") and lines[0].endswith(": not sent: 429 Too Many Requests: queued "
+                                                                         "fault 429")
+    assert lines[1].startswith("dev_wrong_axes/") and lines[1].endswith(": not sent: 500 Internal Server Error: "
+                                                                        "queued fault 500")
+    assert lines[2].startswith("eli_three_d_only/") and lines[2].endswith(": not sent: no answer from "
+                                                                          f"{platform.token_url.split('/')[2]} "
+                                                                          "(RemoteProtocolError)")
+    assert len(platform.lineitems) == len(ASSIGNMENTS)   # the lost answer's line item found again, not made twice
+    state = json.loads((out / "lms-pushed.json").read_text())
+    unconfirmed = {(assignment, student) for assignment, records in state.items()
+                   for student, record in records.items() if not record["confirmed"]}
+    assert {student for _, student in unconfirmed} == {"cara_no_scaling", "dev_wrong_axes", "eli_three_d_only"}
+    received = len(platform.scores)
+
+    again = push(platform, key, course_copy)
+    assert again.returncode == 0, again.stderr
+    assert "Sent 3 score(s) to https://lms.example.edu; 5 unchanged since the last push (FORCE=1 sends them " \
+           "again); 3 of them sent again as the same update" in again.stdout
+    resent = platform.scores[received:]
+    assert sorted(score["userId"] for _, score in resent) == ["lms-cara_no_scaling", "lms-dev_wrong_axes",
+                                                               "lms-eli_three_d_only"]
+    book = final_scores(out)
+    assert platform.gradebook() == book                                    # none lost, each at its value
+    updates = [(platform.lineitems[item]["resourceId"], score["userId"]) for item, score in platform.updates]
+    assert sorted(updates) == sorted(book)                                 # each score counted once
+    eli = [score for _, score in platform.scores if score["userId"] == "lms-eli_three_d_only"]
+    assert len(eli) == len(ASSIGNMENTS) + 2 and len({(s["timestamp"], s["scoreGiven"]) for s in eli}) == 2
+    third = push(platform, key, course_copy)
+    assert third.returncode == 0 and "Sent 0 score(s)" in third.stdout and "8 unchanged" in third.stdout
+    assert len(platform.updates) == len(book)
+
+
+def test_a_grader_fault_is_held_back_from_the_csv_exports_and_the_push(platform, key, tmp_path):
+    """grades.csv as published (written here): a grader fault (status "grader fault", its score cells
+    empty) and a row without a final score are never sent, nor made 0; the rest goes as before."""
+    from autograder import lms, lti
+    from autograder.render import CSV_FIELDS
+    from autograder.files import write_csv
+    masks, scaled = COURSE.assignment("masks"), COURSE.assignment("scaled_attention")
+    row = dict.fromkeys(CSV_FIELDS, "") | {"manual": "0", "seconds_late": "0", "status": "graded"}
+    write_csv(tmp_path / "grades.csv", CSV_FIELDS, [
+        row | {"student": "ada_perfect", "assignment": "masks", "score": f"{MASKS:g}", "final_score": f"{MASKS:g}"},
+        row | {"student": "ada_perfect", "assignment": "scaled_attention", "score": "3", "final_score": "3"},
+        row | {"student": "cara_no_scaling", "assignment": "masks", "status": "grader fault",
+               "flags": "masks: the grader failed: the sandbox was killed (SIGKILL)"},
+        row | {"student": "cara_no_scaling", "assignment": "scaled_attention", "score": "2", "final_score": "2"},
+        row | {"student": "dev_wrong_axes", "assignment": "masks", "score": "1"},   # no final score
+        row | {"student": "eli_three_d_only", "assignment": "scaled_attention", "score": "1", "final_score": "1"}])
+    scores, held = lms.final_scores(COURSE, tmp_path / "grades.csv")
+    assert held == [("cara_no_scaling", "masks", "a grader fault, not the student's score: masks: the grader failed: "
+                     "the sandbox was killed (SIGKILL); the next make grade grades it again"),
+                    ("dev_wrong_axes", "masks", "grades.csv holds no final score for it")]
+    assert scores == {"masks": {"ada_perfect": (MASKS, MASKS), "cara_no_scaling": None, "dev_wrong_axes": None,
+                                "eli_three_d_only": (0.0, MASKS)},   # eli handed in no masks: 0, as before
+                      "scaled_attention": {"ada_perfect": (3.0, scaled.max_score), "cara_no_scaling": (2.0, scaled.max_score),
+                                           "dev_wrong_axes": (0.0, scaled.max_score),
+                                           "eli_three_d_only": (1.0, scaled.max_score)}}
+    roster = {student: {"student": student, "email": f"{student}@uni.example", **dict.fromkeys(
+        ("name", "sis_user_id", "sis_login_id", "section", "lms_user_id"), "")} for student in STUDENTS}
+    files, _ = lms.exports(COURSE, scores, roster)
+    canvas = {line[3]: line for line in csv.reader(files["canvas.csv"].splitlines())}
+    column = canvas["SIS Login ID"].index(masks.title)
+    assert [canvas[s][column] for s in STUDENTS] == [f"{MASKS:g}", "", "", "0"]
+    moodle = {line["Username"]: line for line in csv.DictReader(files["moodle.csv"].splitlines())}
+    assert [moodle[s][masks.title] for s in STUDENTS] == [f"{MASKS:g}", "", "", "0"]
+    config = tmp_path / "lti.yml"
+    config.write_text(yaml.safe_dump(platform.configuration_file(key[0])))
+    outcome = lti.push(COURSE, lti.load_platform(config), lti.read_private_key(key[0], ROOT), scores, roster, tmp_path)
+    assert outcome.failed == [] and len(outcome.sent) == 6
+    assert platform.gradebook() == {("masks", "lms-ada_perfect"): MASKS, ("masks", "lms-eli_three_d_only"): 0.0,
+                                    ("scaled_attention", "lms-ada_perfect"): 3.0,
+                                    ("scaled_attention", "lms-cara_no_scaling"): 2.0,
+                                    ("scaled_attention", "lms-dev_wrong_axes"): 0.0,
+                                    ("scaled_attention", "lms-eli_three_d_only"): 1.0}
+    would = []
+    lti.dry_run(COURSE, scores, roster, tmp_path, force=True, say=would.append)
+    assert not [line for line in would if "cara_no_scaling masks" in line or "dev_wrong_axes masks" in line]
+    assert len(would) == 6
