@@ -4,7 +4,9 @@ at its due date): what a student's check() gets back, and what it never gets."""
 
 import asyncio
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import yaml
 
 from autograder.course import load_course
 from autograder.ondemand import ledger, tokens
+from autograder.ondemand.server import GRADING_FAULT
 from autograder.ondemand.pool import PER_STUDENT, FairQueue, Full, Job
 from autograder.report import checks_markdown
 from autograder.suites import test_causal_mask
@@ -54,7 +57,8 @@ def server(tmp_path_factory):
             threading.Event().wait(0.1)
         assert any("check server ready" in line for line in lines), "".join(lines)
         address = re.search(r"listening at (http://\S+),", "".join(lines)).group(1)
-        yield {"url": address, "root": root, "course": load_course(root / "course.yml"), "lines": lines}
+        yield {"url": address, "root": root, "course": load_course(root / "course.yml"), "lines": lines,
+               "process": process}
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -188,6 +192,29 @@ def test_a_hostile_notebook_is_held_in_its_sandbox_and_the_next_check_is_answere
     assert answered.status_code == 200 and answered.json()["score"] == 22
     status = httpx.get(server["url"] + "/status", timeout=10).json()
     assert status["graders"] == status["ready"] == 1
+
+
+def grading_processes(server):
+    """The pids of the server's grading processes (forked: they run the server's command line)."""
+    children = Path(f"/proc/{server['process'].pid}/task/{server['process'].pid}/children").read_text().split()
+    return [int(pid) for pid in children if b"check-server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_a_grading_process_that_dies_costs_its_check_alone(server, tmp_path):
+    """Its check answers 500 with one line; another process takes its place and the next check is graded."""
+    notebook = masks_with(tmp_path)
+    answered = []
+    first = threading.Thread(target=lambda: answered.append(post(server, "grace", notebook)))
+    first.start()
+    while httpx.get(server["url"] + "/status", timeout=10).json()["grading"] == 0 and first.is_alive():
+        threading.Event().wait(0.02)
+    for pid in grading_processes(server):
+        os.kill(pid, signal.SIGKILL)
+    first.join(timeout=300)
+    assert answered[0].status_code == 500, answered[0].text
+    assert answered[0].json() == {"error": GRADING_FAULT}
+    again = post(server, "grace", notebook)
+    assert again.status_code == 200 and again.json()["score"] == 22
 
 
 def test_the_kits_check_py_posts_the_saved_notebook_and_prints_the_feedback(server, tmp_path):

@@ -101,7 +101,9 @@ def grade_posted(grader, course, order):
 
 def _grading_process(course, assignments, sandbox, connection, others):
     """The body of one grading process: grade what comes on `connection` until it closes."""
+    signal.set_wakeup_fd(-1)   # the server's event loop's: a signal here must not reach it
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)   # and it dies with the server
     for other in others:
         other.close()   # the other processes' pipes: theirs see an end when they end

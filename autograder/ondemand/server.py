@@ -18,6 +18,7 @@ service runs this same application behind the hub.
 import asyncio
 import collections
 import json
+import logging
 import signal
 import ssl
 from datetime import datetime, timezone
@@ -35,8 +36,11 @@ from autograder.ondemand.tokens import Refused
 from autograder.results import GRADER_FAILED, from_record
 from autograder.variants import Variants
 
+log = logging.getLogger("autograder")
+
 HOUR = 3600.0
 FIELDS = ("student", "assignment", "notebook", "content")
+GRADING_FAULT = "the grader failed on this check, no fault of your notebook's; your instructor is told; check again"
 
 
 def utc(moment):
@@ -186,8 +190,11 @@ class CheckHandler(tornado.web.RequestHandler):
         except asyncio.CancelledError:
             return   # its client left (on_connection_close)
         if record is None or any(nb["reason"] == GRADER_FAILED for nb in record["notebooks"]):
+            log.error("check of %s/%s failed: %s", job.student, job.notebook.filename,   # the instructor's to read
+                      "; ".join(flag for nb in (record or {}).get("notebooks", []) for flag in nb["flags"]) or
+                      "its grading process stopped")
             checks.record(job, None, asyncio.get_running_loop().time() - started)
-            return self.refuse(Refused(500, f"{GRADER_FAILED}; check again"))
+            return self.refuse(Refused(500, GRADING_FAULT))
         named = checks.record(job, record, asyncio.get_running_loop().time() - started)
         self.finish(answer(job, record, job.assignment.checks.shows, named))
 
