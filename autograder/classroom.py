@@ -491,7 +491,7 @@ def publish(course, layout, db_url=None):
     results = layout.graded()
     if db_url:
         from autograder.gradebook import apply_manual_grading
-        apply_manual_grading(db_url, results)
+        apply_manual_grading(db_url, results, course, layout)   # a manual score of changed work is held
         for result in results:
             if result.manual:
                 layout.save_feedback(result)

@@ -239,6 +239,8 @@ def _grade_class(args, course):
     update = render.Progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
     classroom.grade_class(course, chosen, args.db, autograded, jobs, update)
     print(render.class_report(chosen, args.submitted, args.db, table=args.table))
+    for line in held_lines(chosen.layout.out):
+        print(line)
     if chosen.interrupted:
         print("interrupted: what was graded is saved; run the same command again to grade the rest",
               file=sys.stderr)
@@ -410,14 +412,31 @@ def _report(args, course):
 
 def _manual_score(args, course):
     from autograder.gradebook import set_manual_score
+    from autograder.layout import Layout
     assignment = course.assignment(args.assignment)
     exercise = assignment.exercise(args.exercise)
-    score = None if args.clear else args.score
-    automatic, points = set_manual_score(args.db, assignment, exercise, args.student, score)
-    said = "cleared: the automatic score counts" if score is None else f"set to {score:g}"
+    automatic, points, score = set_manual_score(args.db, assignment, exercise, args.student,
+                                                None if args.clear else args.score, Layout(args.out), keep=args.keep)
+    said = ("cleared: the automatic score counts" if score is None else
+            f"{'kept at' if args.keep else 'set to'} {score:g}. It counts for the work graded now")
     print(f"{args.student}/{assignment.id} {exercise.id}: automatic {automatic:g} / {points:g}, by hand {said}. "
           f"`make grade` puts it into grades.csv and the feedback (nothing is graded again).")
     return 0
+
+
+def held_lines(out):
+    """The run's lines on manual scores held because the work changed since they were given ([] if none)."""
+    from autograder.gradebook import held_manual_scores
+    held = held_manual_scores(out)
+    if not held:
+        return []
+    lines = ["Manual scores given to an earlier version of the work, not counted since it changed (keep one with "
+             "manual-score --keep, drop it with --clear):"]
+    for student, assignment, cell, score in held:
+        exercise = cell.removeprefix("check_")
+        lines.append(f"  {student}/{assignment} {exercise}: {score:g} by hand  (python -m autograder manual-score "
+                     f"--assignment {assignment} --student {student} --exercise {exercise} --keep | --clear)")
+    return lines
 
 
 def _release(args, course):
@@ -651,8 +670,12 @@ def parser():
     manual.add_argument("--exercise", required=True, help="an exercise id of the assignment (course.yml)")
     points = manual.add_mutually_exclusive_group(required=True)
     points.add_argument("--score", type=float, help="the exercise's points, replacing the automatic ones")
-    points.add_argument("--clear", action="store_true", help="remove the manual score")
+    points.add_argument("--clear", action="store_true", help="remove the manual score (one held since the work "
+                        "changed: drop it)")
+    points.add_argument("--keep", action="store_true", help="count again the manual score held since the work "
+                        "changed, for the work graded now")
     _add_db(manual)
+    _add_graded(manual)
     manual.set_defaults(run=_manual_score)
 
     release = commands.add_parser("release", help="regenerate exercises/ from solutions/ with nbgrader")

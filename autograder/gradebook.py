@@ -8,9 +8,17 @@ autograded/<student>/<assignment>/ folder, and the gradebook gets the automatic 
 determine_grade) and the late penalty (nbgrader's late-submission plugin), as SaveAutoGrades and
 AssignLatePenalties would write them, in one session.  So formgrader lists the submission as
 autograded with the same per-exercise scores as grades.csv, `generate_feedback` and `export`
-work, and a manual score or comment set in formgrader survives every regrade.
+work, and a manual score or comment set in formgrader survives every regrade of the same work.
+
+A manual score belongs to the version of the work it was given to (`manual_scores.json` in the
+grading folder pins it to a digest of the submission's notebooks).  When a resubmission changes the
+work, the next publish holds it: taken out of the gradebook (formgrader shows the cell as needing a
+manual grade; grades.csv, the feedback and `nbgrader export` give the automatic score), kept in the
+pins, and listed to the instructor, who keeps it (`manual-score --keep`) or drops it (`--clear`).
 """
 
+import hashlib
+import json
 import logging
 import warnings
 from datetime import datetime, timezone
@@ -23,9 +31,10 @@ from nbgrader.preprocessors import ClearOutput, SaveCells
 from sqlalchemy.exc import SAWarning
 
 from autograder.course import CourseError
+from autograder.files import write_atomic
 from autograder.intake import SubmissionError, read_file
 from autograder.nbgrader_form import CourseLatePolicy, annotate
-from autograder.submission import read_notebook
+from autograder.submission import MAX_FILE_BYTES, read_notebook
 
 log = logging.getLogger("autograder")
 
@@ -166,12 +175,53 @@ def record(gradebook, course, result, folder, autograded_root, policy):
     gradebook.db.commit()
 
 
-def set_manual_score(db_url, assignment, exercise, student, score):
+# -- manual scores, each pinned to the version of the work it was given to ---------------------
+
+PINS = "manual_scores.json"   # in the grading folder: {"student/assignment": {cell: pin}}
+
+
+def _pins_path(out):
+    return Path(out) / PINS
+
+
+def _read_pins(out):
+    try:
+        pins = json.loads(_pins_path(out).read_text())
+    except (OSError, ValueError):
+        return {}
+    return pins if isinstance(pins, dict) else {}
+
+
+def work_of(layout, assignment, student):
+    """The version of a graded submission's work: a digest of its notebooks, as the grader reads them, in
+    the folder its record names; None where that folder is gone (nothing to compare with)."""
+    record = layout.read_record(student, assignment.id) or {}
+    folder = Path(record.get("folder") or "")
+    if not record.get("folder") or not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for notebook in assignment.notebooks:
+        digest.update(notebook.filename.encode() + b"\0")
+        try:
+            digest.update(read_file(folder / notebook.filename, folder, MAX_FILE_BYTES))
+        except SubmissionError as error:
+            digest.update(str(error).encode())
+    return digest.hexdigest()[:16]
+
+
+def set_manual_score(db_url, assignment, exercise, student, score, layout=None, keep=False):
     """Set (or, with score None, clear) the manual score of one exercise of one submission in nbgrader's
     gradebook, as formgrader's score box does: on the exercise's autograded cell (check_<id>), so
-    formgrader, `nbgrader export` and the next publish show it.  Returns (automatic points, points).
-    CourseError (one line) when the gradebook has no such graded submission."""
+    formgrader, `nbgrader export` and the next publish show it, pinned to the work graded now (in
+    `layout`).  With `keep`, the score held since the work changed is given back, pinned to the work of
+    now.  Returns (automatic points, points, the manual score now).  CourseError (one line) when the
+    gradebook has no such graded submission, or nothing is held to keep."""
     notebook = next(nb.name for nb in assignment.notebooks if exercise in nb.exercises)
+    key, pins = f"{student}/{assignment.id}", _read_pins(layout.out) if layout else {}
+    held = pins.get(key, {}).get(exercise.check_cell, {}).get("held")
+    if keep and held is None:
+        raise CourseError(f"{key} {exercise.id} has no manual score held for changed work: nothing to keep")
+    score = held if keep else score
     with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
         warnings.simplefilter("ignore", SAWarning)
         try:
@@ -181,15 +231,49 @@ def set_manual_score(db_url, assignment, exercise, student, score):
         if score is not None and not 0 <= score <= exercise.max_score:
             raise CourseError(f"{exercise.id} is worth 0 to {exercise.max_score:g} points, not {score:g}")
         grade.manual_score = score
+        grade.needs_manual_grade = False
         gradebook.db.commit()
-        return grade.auto_score or 0.0, exercise.max_score
+        automatic = grade.auto_score or 0.0
+    if layout is not None:
+        cells = pins.setdefault(key, {})
+        cells.pop(exercise.check_cell, None)
+        if score is not None:
+            cells[exercise.check_cell] = {"score": score, "work": work_of(layout, assignment, student)}
+        write_atomic(_pins_path(layout.out), json.dumps({k: v for k, v in pins.items() if v}, indent=1, sort_keys=True))
+    return automatic, exercise.max_score, score
 
 
-def apply_manual_grading(db_url, results):
+def held_manual_scores(out):
+    """(student, assignment, cell, score) of each manual score held because the work changed after it was
+    given, from the grading folder `out`."""
+    return [(*key.split("/", 1), cell, pin["held"]) for key, cells in sorted(_read_pins(out).items())
+            for cell, pin in sorted(cells.items()) if "held" in pin]
+
+
+def _pinned(grade, pin, work):
+    """The pin of one manual score after a publish (None: no pin); a score given to another version of
+    the work than `work` is held: taken out of the gradebook, which flags the cell for manual grading."""
+    if grade.manual_score is None:   # cleared, or held earlier: only a held score's pin stays
+        return pin if pin and "held" in pin else None
+    if work is None:   # the work cannot be read again: the score stays as it is
+        return pin
+    if not pin or "held" in pin or pin.get("score") != grade.manual_score:   # new, or set again: this work's
+        return {"score": grade.manual_score, "work": work}
+    if pin.get("work") == work:
+        return pin
+    held = {"held": grade.manual_score, "work": pin.get("work")}   # the work changed since it was given
+    grade.manual_score, grade.needs_manual_grade = None, True
+    return held
+
+
+def apply_manual_grading(db_url, results, course=None, layout=None):
     """Give each result what nbgrader's gradebook holds beyond the automatic points: the manual
     scores set in formgrader and the late penalty, so that grades.csv, the wide export, the
-    feedback, `nbgrader export` and formgrader give one final score."""
+    feedback, `nbgrader export` and formgrader give one final score.  With the course and its grading
+    folder (`layout`), a manual score given to another version of the work is held (module docstring)."""
     wanted = {(result.student, result.assignment): result for result in results}
+    pins = _read_pins(layout.out) if layout else None
+    before = json.dumps(pins, sort_keys=True)
     with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
         warnings.simplefilter("ignore", SAWarning)
         for assignment in sorted({key[1] for key in wanted}):
@@ -201,8 +285,34 @@ def apply_manual_grading(db_url, results):
                 result = wanted.get((submission.student.id, assignment))
                 if result is None:
                     continue
-                result.manual = sum(grade.manual_score - (grade.auto_score or 0.0) for notebook in submission.notebooks
-                                    for grade in notebook.grades if grade.manual_score is not None)
+                grades = [grade for notebook in submission.notebooks for grade in notebook.grades]
+                if pins is not None:
+                    _pin_submission(pins, grades, f"{result.student}/{assignment}",
+                                    lambda: work_of(layout, course.assignment(assignment), result.student))
+                result.manual = sum(grade.manual_score - (grade.auto_score or 0.0) for grade in grades
+                                    if grade.manual_score is not None)
                 result.late_penalty = submission.late_submission_penalty or 0.0
+        gradebook.db.commit()
+    if pins is not None and json.dumps(pins, sort_keys=True) != before:
+        write_atomic(_pins_path(layout.out), json.dumps({k: v for k, v in pins.items() if v}, indent=1, sort_keys=True))
     return results
 
+
+def _pin_submission(pins, grades, key, work):
+    """Pin each of a submission's manual scores to its work (work(): its digest, read once when needed),
+    holding those given to another version (_pinned); `pins` is changed in place."""
+    cells, now = pins.get(key, {}), []
+    for grade in grades:
+        pin = cells.get(grade.name)
+        if pin is None and grade.manual_score is None:
+            continue
+        if not now:
+            now.append(work())
+        pin = _pinned(grade, pin, now[0])
+        cells.pop(grade.name, None)
+        if pin:
+            cells[grade.name] = pin
+    if cells:
+        pins[key] = cells
+    else:
+        pins.pop(key, None)

@@ -250,9 +250,9 @@ def test_nbgrader_export_carries_scores_and_late_penalty(course):
 
 
 def test_every_output_gives_the_same_final_score_after_manual_grading(course):
-    """After the manual score of ada (7 -> 3.5), her resubmission with a broken causal mask, a
-    regrade, and bob's late penalty: grades.csv, the wide export, the feedback, results.json,
-    nbgrader export and formgrader agree for every student."""
+    """After the manual score of ada (7 -> 3.5), her resubmission with a broken causal mask (the manual
+    score held, then kept), a regrade, and bob's late penalty: grades.csv, the wide export, the feedback,
+    results.json, nbgrader export and formgrader agree for every student."""
     db = f"sqlite:///{course / 'gradebook.db'}"
     answers = solution_answers("masks")
     make_submission("masks", {**answers, "causal_mask": answers["causal_mask"].replace(".tril()", ".triu()")
@@ -260,6 +260,12 @@ def test_every_output_gives_the_same_final_score_after_manual_grading(course):
     process = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading",
                      "--db", db)
     assert process.stdout.startswith("1 submission(s) of 1 student(s) to grade") and f"ada/masks: {BY_HAND:g} -> " in process.stdout  # final scores
+    # Her manual score was given to the work she changed: held (not counted) and listed, until kept.
+    assert "ada/masks padding_mask: 3.5 by hand" in process.stdout and scores(db, "ada")[0]["check_padding_mask"][1] is None
+    grader(course, "manual-score", "--assignment", "masks", "--student", "ada", "--exercise", "padding_mask", "--keep",
+           "--db", db, "--out", course / "grading")
+    kept = grader(course, "grade-class", "--submitted", course / "submitted", "--out", course / "grading", "--db", db)
+    assert "Manual scores given to an earlier version" not in kept.stdout
     run(course, "nbgrader", "export", "--to", str(course / "export-final.csv"))
     with open(course / "export-final.csv") as handle:
         export = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}  # net of penalty
