@@ -4,9 +4,9 @@ Runs the released notebook as a student runs it, with the reference answers in, 
 exercise's visible check (a cell that fails there fails the check).  Then grades, as one small class
 with the command instructors run (`grade-class`): the reference solution, the released stub, and
 every catalogue entry of the exercise (its mistakes, correct alternatives, degenerate answers and
-answers that game a measured point).  Prints one line per answer with its points and whether it
-graded as the catalogue says, and exits 1 when any did not.  tests/test_catalogue.py judges the
-whole catalogue with the same functions.
+answers that game a measured point), and the value filter's trivial answers (tests/value_filter.py).
+Prints one line per answer with its points and whether it graded as the catalogue says, and exits 1
+when any did not.  tests/test_catalogue.py judges the whole catalogue with the same functions.
 
     .venv/bin/python -m tests.check sdpa [--keep DIR]
 """
@@ -291,6 +291,7 @@ def main(argv=None):
         print(f"{'FAIL' if wrong else 'ok  '} {kind:10s} {earned:5g} / {full:g}  {name}")
         if wrong:
             print("       " + wrong.replace("\n", "\n       "))
+    problems += value_filter(args.exercise)
     mistakes = [on_device(entry, device) for kind, entry in chosen if kind == "mistake"]
     mistakes = [entry for entry in mistakes if entry is not None]
     print(f"{args.exercise}: {len(rows)} answers graded in {time.monotonic() - started:.1f} s; "
@@ -302,6 +303,20 @@ def main(argv=None):
         from tests.catalogue.__main__ import main as write_counts
         write_counts()
     return 1 if problems else 0
+
+
+def value_filter(exercise):
+    """tests/value_filter.py over the exercise: its trivial answers (zeros, ones, an input passed through, the
+    answer to other inputs, an earlier answer) each lose every value test.  Prints; returns 1 if not."""
+    from tests.value_filter import findings, run, value_tests
+    try:
+        seen = run([exercise])
+        said, seconds = findings(exercise, seen), seen.seconds
+    except ValueError as error:   # nothing in the reference answer to wrap
+        said, seconds = [str(error)], 0.0
+    print(f"{'FAIL' if said else 'ok  '} the value filter: {len(value_tests(exercise))} value tests, each lost by "
+          f"every trivial answer ({seconds:.0f} s)" + "".join(f"\n       {sentence}" for sentence in said))
+    return 1 if said else 0
 
 
 def exercise_points(results, student, exercise, full, must_be_full):
