@@ -58,8 +58,8 @@ def read_roster(path):
 def _held_back(row):
     """Why a grades.csv row gives the LMS no score, or "" when it gives one."""
     if row.get("status") == GRADER_FAULT:
-        return (f"a grader fault, not the student's score: {row.get('flags') or row.get('reason') or 'the grader failed'}"
-                "; the next make grade grades it again")
+        return (f"a grader fault, not the student's score: {row.get('reason') or 'the grader failed'}; the next "
+                "make grade grades it again")
     text = (row.get("final_score") or "").strip()
     if not text:
         return "grades.csv holds no final score for it"

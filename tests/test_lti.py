@@ -306,7 +306,7 @@ def test_a_grader_fault_is_held_back_from_the_csv_exports_and_the_push(platform,
         row | {"student": "ada_perfect", "assignment": "masks", "score": f"{MASKS:g}", "final_score": f"{MASKS:g}"},
         row | {"student": "ada_perfect", "assignment": "scaled_attention", "score": "3", "final_score": "3"},
         row | {"student": "cara_no_scaling", "assignment": "masks", "status": "grader fault",
-               "flags": "masks: the grader failed: the sandbox was killed (SIGKILL)"},
+               "reason": "masks: the grader failed: the sandbox was killed (SIGKILL)", "flags": "masks: reaches into torch"},
         row | {"student": "cara_no_scaling", "assignment": "scaled_attention", "score": "2", "final_score": "2"},
         row | {"student": "dev_wrong_axes", "assignment": "masks", "score": "1"},   # no final score
         row | {"student": "eli_three_d_only", "assignment": "scaled_attention", "score": "1", "final_score": "1"}])
@@ -340,3 +340,4 @@ def test_a_grader_fault_is_held_back_from_the_csv_exports_and_the_push(platform,
     lti.dry_run(COURSE, scores, roster, tmp_path, force=True, say=would.append)
     assert not [line for line in would if "cara_no_scaling masks" in line or "dev_wrong_axes masks" in line]
     assert len(would) == 6
+
