@@ -38,7 +38,7 @@ def _grade(args, course):
         if not args.student:
             raise CourseError(f"{assignment.id} has exercises on each student's own numbers: say whose notebook it "
                               "is with --student ID (the folder name under submitted/)")
-        Variants.of(course).whose([args.student], f"--student {args.student}")
+        Variants.of(course).whose([args.student], "--student: ")
     try:
         notebooks = choose_notebooks(assignment, [path])
     except SubmissionError as error:
@@ -76,7 +76,7 @@ def _gradescope(args, course):
     student, unknown = (ids or ["student"])[0], ""
     if has_variants(assignment):   # whose numbers: the roster shipped in the zip says, from the sid or the email
         try:
-            student = Variants.of(course).whose(ids, "Gradescope's submitter")
+            student = Variants.of(course).whose(ids, "Gradescope's submitter: ")
         except UnknownStudent as error:
             print(f"instructor: {error}")
             unknown = str(error)

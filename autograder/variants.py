@@ -191,16 +191,17 @@ class Variants:
             self._roster = _read_record(secret_path(self.course)).get("students")
         return self._roster
 
-    def whose(self, ids, where="this submission"):
+    def whose(self, ids, where=""):
         """The one mapping from a submission's ids (nbgrader's student id, the push repository's owner,
         Gradescope's sid then email) to the student whose numbers it is graded on: the roster's student
         named by one of them, in its `student`, `sis_user_id` or `email` column (emails compared without
-        case).  UnknownStudent (one line, for the instructor) where they name nobody, or two students."""
+        case).  UnknownStudent (one line, for the instructor, after `where`) where they name nobody, or two
+        students."""
         given = [str(one).strip() for one in ids if one is not None and str(one).strip()]
         roster = self.roster()
         if roster is None:
             if not given:
-                raise UnknownStudent(f"{where} carries no student id to draw numbers for")
+                raise UnknownStudent(f"{where}no student id to draw numbers for")
             return given[0]
         found = sorted({student for one in given for student, row in roster.items()
                         if one == student or one == row.get("sis_user_id")
@@ -209,9 +210,9 @@ class Variants:
             return found[0]
         named = " / ".join(repr(one) for one in given) or "no id"
         if found:
-            raise UnknownStudent(f"{where}: {named} names {' and '.join(found)} in {self._source}: "
+            raise UnknownStudent(f"{where}{named} names {' and '.join(found)} in {self._source}: "
                                  "graded on nobody's numbers; fix the roster, then grade it again")
-        raise UnknownStudent(f"{where}: {named} names no student of {self._source}, so it has no numbers of its own: "
+        raise UnknownStudent(f"{where}{named} names no student of {self._source}, so it has no numbers of its own: "
                              "add the student (make variants ROSTER=roster.csv, and a new autograder.zip on "
                              "Gradescope), then grade it again")
 
@@ -248,7 +249,7 @@ class Variants:
     def draw(self, assignment, notebook, student):
         """The numbers a submission of `student` is graded on (JSON's types, as variant.json gives them to the
         notebook): those of the roster's student the id names (whose); UnknownStudent where it names none."""
-        return self.numbers(assignment, notebook, self.whose([student], f"{student}/{assignment.id}"))
+        return self.numbers(assignment, notebook, self.whose([student]))
 
     def numbers(self, assignment, notebook, student):
         """One student's numbers of a notebook, whoever the id is (what is handed out to them)."""
@@ -267,7 +268,7 @@ class Variants:
 
     def file_text(self, assignment, student):
         """variant.json as the grader writes it beside a submission of `student` (whose numbers: whose)."""
-        return self.handed_out_text(assignment, self.whose([student], f"{student}/{assignment.id}"))
+        return self.handed_out_text(assignment, self.whose([student]))
 
     def handed_out_text(self, assignment, student):
         """variant.json of one student's copy of an assignment, whoever the id is (what is handed out)."""
