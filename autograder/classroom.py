@@ -6,13 +6,24 @@
 
 A submission whose notebooks, hidden suites, reference solutions, grader and course.yml are
 unchanged since it was graded is not graded again unless forced; so after a crash or Ctrl-C the
-same command grades only what is missing.
+same command grades only what is missing.  A submission the grader failed on (a fault, results.py)
+is never done: a run grades it once more before it ends, and every later run grades it again.
+
+One run owns an output folder at a time (`owning`: a lock with its pid), and nothing of a run outlives
+it: its grading processes get SIGKILL when the process that runs the class dies (PR_SET_PDEATHSIG),
+and each sandbox dies with the process that started it (bwrap's --die-with-parent).  So a run killed
+at any moment leaves records, each whole, and the next run grades the rest, records in the gradebook
+what the killed run saved but did not record (`is_recorded`), and publishes as a clean run would.
 """
 
+import ctypes
 import difflib
 import enum
+import errno
+import fcntl
 import fnmatch
 import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -25,9 +36,9 @@ from pathlib import Path
 from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
-from autograder.files import write_csv
-from autograder.render import read_grades_csv, write_grades_csv
-from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
+from autograder.files import write_atomic, write_csv
+from autograder.render import read_grades_csv, score_text, write_grades_csv
+from autograder.results import NOT_SUBMITTED, SubmissionResult, from_record, grader_failed, not_graded
 from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
 from autograder.variants import Variants, has_variants
 
@@ -177,12 +188,14 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
                     fingerprint(parts[assignment.id], assignment, folder, problem), problem, missing, tuple(exercises))
         if in_shard(task, shard):
             tasks.append(task)
-    pending = []
-    for task in tasks:
-        record = None if force else layout.read_record(task.student, task.assignment)
-        if record is None or record.get("fingerprint") != task.fingerprint:
-            pending.append(task)
+    pending = [task for task in tasks if force or not done(layout, task)]
     return tasks, pending, strays
+
+
+def done(layout, task):
+    """Whether the task's stored record stands: graded as the task is now, and not a grader fault."""
+    record = layout.read_record(task.student, task.assignment)
+    return record is not None and record.get("fingerprint") == task.fingerprint and not from_record(record).faulted
 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
@@ -205,8 +218,8 @@ def _grade_tasks(course, layout, tasks, report, assignments, started, classmates
                 result = grader.grade_submission(assignment, task.folder, task.student, classmates=classmates,
                                                  exercises=task.exercises)
             layout.save(result, fingerprint=task.fingerprint, folder=str(task.folder))
-            log.info("graded %s/%s: %g / %g in %.1f s%s", task.student, task.assignment, result.score,
-                     result.max_score, result.seconds, f" ({result.reason})" if result.reason else "")
+            log.info("graded %s/%s: %s in %.1f s%s", task.student, task.assignment, score_text(result),
+                     result.seconds, f" ({result.reason})" if result.reason else "")
             report(Event.GRADED, task)
     open_grader(course, body, assignments, started)
 
@@ -218,12 +231,32 @@ def start_log(path):
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     for name in ("alembic", "sqlalchemy", "traitlets", "nbgrader"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # A log line that cannot be written (its disk full) is dropped, not printed with a traceback on the
+    # console: the run says what failed in one line of its own (disk_problem).
+    logging.raiseExceptions = False
 
 
-def _grading_process(course, out, tasks, events, assignments, sandboxes, index, classmates):
+PR_SET_PDEATHSIG = 1   # prctl(2): the signal this process gets when the thread that made it ends
+
+
+def die_with(parent):
+    """End this process (SIGKILL) when `parent`, the process that forked it, dies, however it dies.  The
+    kernel sends the signal, so a parent killed with SIGKILL is covered (a process group the run owns
+    and kills would need the run alive to kill it).  A parent already gone before the signal was asked
+    for is seen by its pid: this process then exits at once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _grading_process(course, out, tasks, events, assignments, sandboxes, index, classmates, parent):
     """The body of one grading process (forked: it has the course the class is graded by, loaded
     once, whatever file it came from, and sandboxes[index], started for it): pull tasks until the
-    queue says stop."""
+    queue says stop.  It ends with `parent`, the run's process (die_with), and the sandboxes it
+    starts end with it."""
+    die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     for other, sandbox in enumerate(sandboxes):
         if other != index:
@@ -234,7 +267,7 @@ def _grading_process(course, out, tasks, events, assignments, sandboxes, index, 
         _grade_tasks(course, layout, iter(tasks.get, None), lambda event, task: events.put((event, task)),
                      assignments, sandboxes[index], classmates)
     except BaseException as error:  # noqa: B902 - reported to the main process, which decides
-        events.put((Event.FAILED, f"{type(error).__name__}: {error}"))
+        events.put((Event.FAILED, disk_problem(error, layout.out) or f"{type(error).__name__}: {error}"))
         raise SystemExit(1) from None
     events.put((Event.EXITED, None))
 
@@ -276,7 +309,8 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
     for task in costliest_first(course, pending):
         tasks.put(task)
     graders = [context.Process(target=_grading_process, daemon=True,
-                               args=(course, str(layout.out), tasks, events, assignments, sandboxes, index, classmates))
+                               args=(course, str(layout.out), tasks, events, assignments, sandboxes, index, classmates,
+                                     os.getpid()))
                for index in range(len(sandboxes))]
     for grader, sandbox in zip(graders, sandboxes):
         tasks.put(None)
@@ -301,7 +335,7 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
                 remaining.discard(payload.key)
                 on_done(payload)
             elif event is Event.FAILED:
-                raise CourseError(f"a grading process failed: {payload}")
+                raise CourseError(payload if payload.startswith(DISK) else f"a grading process failed: {payload}")
             elif event is Event.EXITED:
                 exited += 1
     finally:
@@ -309,13 +343,14 @@ def _parallel(course, layout, pending, assignments, sandboxes, on_done, meanwhil
             if grader.is_alive():
                 grader.terminate()
             grader.join(timeout=10)
-    # A grading process that died mid-submission leaves that submission ungraded, with a reason.
+    # A grading process that died mid-submission (its memory exhausted, say) leaves that submission a
+    # grader fault, which this run grades once more and every later run again.
     for task in running.values():
         if task.key in remaining:
             lost = SubmissionResult(task.student, task.assignment,
                                     [grader_failed(nb.part(task.exercises), "the grading process stopped on this "
                                                    "submission") for nb in course.assignment(task.assignment).notebooks])
-            layout.save(lost, fingerprint="")
+            layout.save(lost, fingerprint=task.fingerprint, folder=str(task.folder))
             remaining.discard(task.key)
             on_done(task)
 
@@ -327,9 +362,24 @@ def effective_jobs(jobs, pending):
     return max(1, min(jobs, len(pending) // SUBMISSIONS_PER_JOB))
 
 
+def faulted(layout, task):
+    """Whether the task's stored record is a grader fault."""
+    record = layout.read_record(task.student, task.assignment)
+    return record is not None and from_record(record).faulted
+
+
 def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):
-    """Grade the pending tasks; on_done(task) after each; meanwhile() once the grading has started;
-    classmates: every student of the class."""
+    """Grade the pending tasks, and once more those the grader failed on (in sandboxes started afresh);
+    on_done(task) after each; meanwhile() once the grading has started; classmates: every student of
+    the class."""
+    _run(course, layout, pending, jobs, on_done, meanwhile, classmates)
+    again = [task for task in pending if faulted(layout, task)]
+    if again:
+        log.warning("grading again what the grader failed on: %s", ", ".join(task.key for task in again))
+        _run(course, layout, again, jobs, on_done, classmates=classmates)
+
+
+def _run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):
     jobs = effective_jobs(jobs, pending)
     if not pending:
         meanwhile()  # nothing to grade: no grading process, no sandbox
@@ -368,6 +418,7 @@ class ClassRun:
     exercises: tuple = ()       # the only exercises graded (an author's check: no gradebook), or () for all
     results: list = None        # every graded submission in the output folder, after the run
     interrupted: bool = False
+    lock: object = None         # the open lock file while this run owns the output folder (owning)
 
     @property
     def to_grade(self):
@@ -408,11 +459,13 @@ def prepare_class(course, submitted, out, *, assignments=None, students=None, sh
     exercises = tuple(exercises or ())
     submitted = check_selection(course, submitted, assignments, exercises)
     layout = Layout(out, course.visibility())
-    layout.out.mkdir(parents=True, exist_ok=True)
+    lock = owning(layout)
     if shard:
         layout.shard_manifest.unlink(missing_ok=True)  # written again when this run has graded all of its shard
     tasks, pending, strays = select_tasks(course, submitted, layout, assignments=assignments, students=students,
                                           shard=shard, force=force, exercises=exercises)
+    if shard and tasks:   # what the shard holds, for a merge run without it (merge: each is a fault)
+        write_atomic(layout.shard_plan, json.dumps({"shard": list(shard), "submissions": [t.key for t in tasks]}))
     if not tasks and shard and find_submissions(course, submitted, assignments)[0]:
         layout.results.mkdir(parents=True, exist_ok=True)
         layout.finish_shard(shard, [])
@@ -421,7 +474,63 @@ def prepare_class(course, submitted, out, *, assignments=None, students=None, sh
                           + (" for the given --student/--assignment/--shard" if students or assignments or shard
                              else ""))
     return ClassRun(layout, tasks, pending, strays, shard=shard, classmates=class_students(course, submitted),
-                    before=previous_scores(layout), exercises=exercises)
+                    before=previous_scores(layout), exercises=exercises, lock=lock)
+
+
+def owning(layout):
+    """Make the output folder and hold it for this run: an exclusive lock (flock) on its grading.lock,
+    which names this process's pid; the open file, released when it is closed or this process and the
+    grading processes it forked are gone, however they end.  CourseError, naming the owner, when
+    another run holds it."""
+    layout.out.mkdir(parents=True, exist_ok=True)
+    handle = open(layout.lock, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise CourseError(f"another grading run (pid {owner}) is grading into {layout.out}: wait for it to end, "
+                          f"or stop it (kill {owner}) and run this again") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+# -- the gradebook holds what each record says: recorded.json beside grade.json says which version
+
+def _record_digest(layout, student, assignment):
+    try:
+        return hashlib.sha256(layout.record_path(student, assignment).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def mark_recorded(layout, student, assignment, db_url):
+    write_atomic(layout.recorded(student, assignment),
+                 json.dumps({"db": db_url, "record": _record_digest(layout, student, assignment)}))
+
+
+def is_recorded(layout, student, assignment, db_url):
+    """Whether `db_url`'s gradebook holds the submission's grade.json as it is now."""
+    try:
+        marker = json.loads(layout.recorded(student, assignment).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker == {"db": db_url, "record": _record_digest(layout, student, assignment)}
+
+
+DISK = "cannot write to"   # how disk_problem's line starts
+
+
+def disk_problem(error, out):
+    """One line for an output folder that cannot take more (its disk or quota full), else None."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{DISK} {out}: {os.strerror(error.errno)}. What was saved before is kept whole and nothing was "
+                "scored for it: free space there and run the same command again")
+    return None
 
 
 def grade_class(course, chosen, db_url, autograded, jobs, update):
@@ -439,25 +548,42 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
         from autograder import gradebook
         gradebook.prepare(db_url, course, {task.assignment for task in chosen.tasks}, only_new=True)
         recorder = gradebook.Recorder(db_url, course, autograded)
+        pending = {task.key for task in chosen.pending}
+        for task in chosen.tasks:   # what an earlier run saved and was stopped before it recorded
+            if task.key not in pending and not is_recorded(chosen.layout, task.student, task.assignment, db_url):
+                record(task)
 
-    def on_done(task):
+    def record(task):
         result = chosen.layout.graded_one(task.student, task.assignment)
         try:
-            if recorder is not None:
+            if recorder is not None and result is not None:
                 recorder.record(result, task.folder)
-        except Exception:  # the grade is on disk; --force records it again
+                mark_recorded(chosen.layout, task.student, task.assignment, db_url)
+        except Exception:  # the grade is on disk; the next run records it
             log.exception("could not record %s in the gradebook", task.key)
             print(f"warning: {task.key} is graded but not in the gradebook (see {chosen.layout.log})", file=sys.stderr)
-        update(task, result)
+        return result
+
+    def on_done(task):
+        update(task, record(task))
     try:
-        run(course, chosen.layout, chosen.pending, jobs, on_done, prepare, chosen.classmates)
-    except KeyboardInterrupt:
-        chosen.interrupted = True
+        try:
+            run(course, chosen.layout, chosen.pending, jobs, on_done, prepare, chosen.classmates)
+        except KeyboardInterrupt:
+            chosen.interrupted = True
+        finally:
+            update.close()
+            if recorder is not None:
+                recorder.close()
+            chosen.results = publish(course, chosen.layout, db_url)
+    except OSError as error:
+        problem = disk_problem(error, chosen.layout.out)
+        if problem is None:
+            raise
+        raise CourseError(problem) from None
     finally:
-        update.close()
-        if recorder is not None:
-            recorder.close()
-        chosen.results = publish(course, chosen.layout, db_url)
+        if chosen.lock is not None:
+            chosen.lock.close()
     recorded = {(result.student, result.assignment) for result in chosen.results}
     if chosen.shard and not chosen.interrupted and all((t.student, t.assignment) in recorded for t in chosen.tasks):
         chosen.layout.finish_shard(chosen.shard, [task.key for task in chosen.tasks])
@@ -469,17 +595,18 @@ def grade_class(course, chosen, db_url, autograded, jobs, update):
 def wide_rows(course, results):
     """One row per student: a column per assignment (late penalties applied), total and percentage."""
     assignments = [a for a in course.assignments if any(r.assignment == a.id for r in results)]
-    scores = {(r.student, r.assignment): r.final_score for r in results}
+    scores = {(r.student, r.assignment): None if r.faulted else r.final_score for r in results}
     possible = sum(a.max_score for a in assignments)
     rows = []
     for student in sorted({r.student for r in results}):
         row = {"student": student}
-        for assignment in assignments:
-            row[assignment.id] = f"{scores.get((student, assignment.id), 0.0):g}"
-        total = sum(scores.get((student, a.id), 0.0) for a in assignments)
-        row["total"] = f"{total:g}"
+        mine = [scores.get((student, assignment.id), 0.0) for assignment in assignments]
+        for assignment, score in zip(assignments, mine):
+            row[assignment.id] = "" if score is None else f"{score:g}"   # a grader fault: no score yet
+        total = None if None in mine else sum(mine)
+        row["total"] = "" if total is None else f"{total:g}"
         row["max_total"] = f"{possible:g}"
-        row["percent"] = f"{100 * total / possible:.1f}" if possible else "0.0"
+        row["percent"] = "" if total is None else f"{100 * total / possible:.1f}" if possible else "0.0"
         rows.append(row)
     return rows, ["student", *[a.id for a in assignments], "total", "max_total", "percent"]
 
@@ -501,19 +628,34 @@ def publish(course, layout, db_url=None):
     return results
 
 
+def started_shard(shard):
+    """(k, n, submissions) of a --shard run that started but did not finish (its job failed, was
+    cancelled, lost its node), from its shard-plan.json; None where there is none."""
+    try:
+        plan = json.loads(shard.shard_plan.read_text())
+        k, n = plan["shard"]
+        return int(k), int(n), [str(key) for key in plan["submissions"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def check_shards(shards):
-    """{submission key: the shard Layout that holds it} for the output folders of one --shard K/N run,
-    all N of them, each finished; CourseError with a one-line reason otherwise (a folder that is no
-    finished shard, shards of different runs, a shard missing or given twice, a submission in two)."""
-    found = {}
+    """({submission key: the shard Layout that holds it}, the shards that did not finish) for the output
+    folders of one --shard K/N run, all N of them, each finished or at least started (a shard whose
+    job failed); CourseError with a one-line reason otherwise (a folder that is no shard, shards of
+    different runs, a shard missing or given twice, a submission in two)."""
+    found, unfinished = {}, []
     for shard in shards:
-        finished = shard.finished_shard()
+        finished = shard.finished_shard() or started_shard(shard)
         if finished is None:
             raise CourseError(f"{shard.out} is not a finished shard (no {shard.shard_manifest.name}): run its "
                               "grade-class --shard K/N again (it grades only what is missing)")
         k, n, keys = finished
+        if shard.finished_shard() is None:
+            unfinished.append(shard)
+            keys = list(keys)
         unrecorded = [key for key in keys if shard.read_record(*key.split("/", 1)) is None]
-        if unrecorded:
+        if unrecorded and shard not in unfinished:
             raise CourseError(f"{shard.out}: shard {k}/{n} lists {unrecorded[0]} but holds no grade for it; "
                               "run its grade-class --shard again")
         if (k, n) in found:
@@ -534,21 +676,29 @@ def check_shards(shards):
             if key in owner:
                 raise CourseError(f"{key} is in two shards ({owner[key].out} and {shard.out}): merge the shards of one run")
             owner[key] = shard
-    return owner
+    return owner, unfinished
 
 
 def merge(course, folders, out, db_url, autograded):
     """The output folders of one grade-class --shard K/N run (all N) combined into `out`: each
     submission's results and feedback, the gradebook, grades.csv and the wide export, as one run of
-    the whole class writes them.  Refused, with the reason, unless check_shards accepts the folders."""
+    the whole class writes them.  Refused, with the reason, unless check_shards accepts the folders.
+    A shard that did not finish gives what it graded; each of its other submissions is a grader
+    fault (no score: the same grade-slurm run again grades it).  Returns (results, the shards that
+    did not finish)."""
     from autograder import gradebook
 
-    owner = check_shards([Layout(folder) for folder in folders])
-    layout = Layout(out)
+    owner, unfinished = check_shards([Layout(folder) for folder in folders])
+    layout = Layout(out, course.visibility())
     for key, shard in owner.items():
         for tree in (shard.results, shard.feedback_root):
             if (tree / key).is_dir():
                 shutil.copytree(tree / key, layout.out / tree.name / key, dirs_exist_ok=True)
+        student, assignment = key.split("/", 1)
+        if shard in unfinished and shard.read_record(student, assignment) is None:
+            why = f"its shard ({shard.out}) did not finish: run the same grading again"
+            layout.save(SubmissionResult(student, assignment, [grader_failed(nb, why) for nb in
+                                                               course.assignment(assignment).notebooks]))
     results = [result for result in layout.graded() if f"{result.student}/{result.assignment}" in owner]
     gradebook.prepare(db_url, course, {result.assignment for result in results})
     recorder = gradebook.Recorder(db_url, course, autograded)
@@ -556,15 +706,16 @@ def merge(course, folders, out, db_url, autograded):
         for result in results:
             folder = (layout.read_record(result.student, result.assignment) or {}).get("folder", "")
             recorder.record(result, folder or "/nonexistent")
+            mark_recorded(layout, result.student, result.assignment, db_url)
     finally:
         recorder.close()
-    return publish(course, layout, db_url)
+    return publish(course, layout, db_url), unfinished
 
 
 def previous_scores(layout):
-    """(student, assignment) -> final score, as the last grades.csv gave them."""
+    """(student, assignment) -> final score, as the last grades.csv gave them (None for a grader fault)."""
     try:
-        return {(row["student"], row["assignment"]): float(row["final_score"])
+        return {(row["student"], row["assignment"]): float(row["final_score"]) if row["final_score"] else None
                 for row in read_grades_csv(layout.grades_csv)}
     except (OSError, ValueError):
         return {}

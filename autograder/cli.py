@@ -60,15 +60,22 @@ def _grade(args, course):
         print(f"  the student's feedback: {args.feedback}")
     else:
         print("  (--feedback feedback.md, or .html, writes the feedback a student would get)")
-    print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
+    print(_last_line(result))
     return 0
+
+
+def _last_line(result):
+    """grade's and gradescope's last line (setup.sh reads it): the score, or the grader's fault."""
+    if result.faulted:
+        return f"grader fault, no score: {result.fault}"
+    return f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else "")
 
 
 def _gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
     from autograder.render import write_gradescope
-    from autograder.results import GRADER_FAILED, SubmissionResult, grader_failed, not_graded
+    from autograder.results import SubmissionResult, grader_failed, not_graded
     from autograder.variants import UnknownStudent, Variants, has_variants
 
     assignment = course.assignment(args.assignment)
@@ -80,25 +87,26 @@ def _gradescope(args, course):
         except UnknownStudent as error:
             print(f"instructor: {error}")
             unknown = str(error)
-    reason = ""
+    reason = fault = ""
     try:
         chosen = choose_notebooks(assignment, find_notebooks(args.submission))
         _check_sandbox(course)
     except SubmissionError as error:
         reason = str(error)
-    except SandboxUnavailable as error:  # the instructor's to fix: the student is told no more
+    except SandboxUnavailable as error:  # the instructor's to fix: a grader fault, never a score
         print(f"instructor: the grader's sandbox cannot be built in this container ({error}); "
               "rebuild the autograder image (setup.sh checks the sandbox)")
-        reason = GRADER_FAILED
+        fault = f"its sandbox cannot be built in this container ({error})"
     if reason:
         result = SubmissionResult(student, assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
-    elif unknown:   # a grader fault, never a score on another id's numbers
-        result = SubmissionResult(student, assignment.id, [grader_failed(nb, unknown) for nb in assignment.notebooks])
+    elif unknown or fault:   # a grader fault, never a score (nor one on another id's numbers)
+        result = SubmissionResult(student, assignment.id,
+                                  [grader_failed(nb, unknown or fault) for nb in assignment.notebooks])
     else:
         from autograder.grading import grade_one  # torch: only when there is something to grade
         result = grade_one(course, assignment, args.submission, student, notebooks=chosen)
-    write_gradescope(result, Path(args.results), course.visibility())
-    print(f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else ""))
+    write_gradescope(result, Path(args.results), course.visibility())   # none for a grader fault
+    print(_last_line(result))
     return 0
 
 
@@ -273,9 +281,13 @@ def _check_server(args, course):
 
 def _merge(args, course):
     from autograder import classroom
-    results = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
+    results, unfinished = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {Path(args.out) / 'grades.csv'}")
-    return 0
+    faulted = [result for result in results if result.faulted]
+    for shard in unfinished:   # what it did not grade is a grader fault: no score until it is graded
+        print(f"{shard.out} did not finish: its submissions without a grade are grader faults in grades.csv "
+              f"({len(faulted)} in all, no score); run the same grading again to grade them", file=sys.stderr)
+    return 1 if unfinished else 0
 
 
 def _grade_slurm(args, course):

@@ -11,15 +11,20 @@ from pathlib import Path
 
 
 def write_atomic(path, text):
-    """Write a file whole (text, or bytes): to a temporary file beside it, then renamed over it."""
+    """Write a file whole (text, or bytes): to a temporary file beside it, then renamed over it.  A
+    write that fails (its disk full) leaves the old file as it was and no temporary file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if isinstance(text, bytes):
-        temporary.write_bytes(text)
-    else:
-        temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        if isinstance(text, bytes):
+            temporary.write_bytes(text)
+        else:
+            temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 CACHE_ENV = "COURSE_CACHE"

@@ -165,13 +165,14 @@ def record(gradebook, course, result, folder, autograded_root, policy):
             if utils.is_grade(cell):
                 grade = gradebook.find_grade(cell.metadata.nbgrader["grade_id"], name, result.assignment,
                                              result.student)
-                grade.auto_score, _ = utils.determine_grade(cell, log)
+                # A grader fault has no automatic score: formgrader shows the cell ungraded, needing a grade.
+                grade.auto_score = None if result.faulted else utils.determine_grade(cell, log)[0]
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
         gradebook.db.commit()
         submitted = gradebook.find_submission_notebook(name, result.assignment, result.student)
         late = submission.total_seconds_late
         submitted.late_submission_penalty = (policy.late_submission_penalty(result.student, submitted.score, late)
-                                             if late > 0 else None)
+                                             if late > 0 and not result.faulted else None)
     gradebook.db.commit()
 
 

@@ -72,10 +72,10 @@ class Grader:
             return grader_failed(part, str(error))
         except WorkerError as error:
             log.error("worker failure while grading %s: %s", path, error)
-            return grader_failed(part, f"its sandbox failed ({error}); grade it again")
+            return grader_failed(part, f"its sandbox failed: {error}")
         except Exception as error:  # one submission never costs the run: the instructor gets the traceback
             log.exception("internal error while grading %s", path)
-            return grader_failed(part, f"{type(error).__name__} (the traceback is in grader.log)")
+            return grader_failed(part, f"{type(error).__name__}: {error} (the traceback is in grader.log)"[:300])
 
     def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates, part):
         instructor = self.course.release_notebook(assignment, notebook)
@@ -92,11 +92,15 @@ class Grader:
             files = {FILENAME: self.variants.file_text(assignment, student_id)}
         process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
                                  self.course.uses_compiler_stack(assignment), files)
+        sandbox = self._live_sandbox()   # the one sandbox every call of this submission must run in
         try:
             try:
                 process.start()                                                       # 4
             except StudentFailure as error:
+                if self._sandbox_lost(sandbox):   # the child died with its sandbox, not of its own code
+                    raise WorkerError("it died while the notebook's cells ran") from None
                 return not_graded(part, f"the notebook could not be run: {error}")
+            sandbox = sandbox or self.worker.sandbox   # started afresh for this submission
             loaded = time.monotonic()
             student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
                               device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
@@ -105,14 +109,36 @@ class Grader:
             checked = time.monotonic()
         finally:
             process.close()
+        if self._sandbox_lost(sandbox):   # a call it cut short was charged to the student as a crash
+            raise WorkerError("it died while the hidden checks ran, and was started again")
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
+        if self.suites.internal_errors:   # a check that failed inside the grader is no verdict on the work
+            return grader_failed(part, f"{len(self.suites.internal_errors)} hidden check(s) raised inside the grader "
+                                       "(the tracebacks are in grader.log)")
         flag = rules.internals_flag(program, part.exercises)
         broken = rules.broken_rules(part.exercises, student, flag)                    # 6
         result = score_notebook(part, outcomes, process.cell_reports, broken)        # 7
         result.flags = [f"{notebook.filename}: {line}" for line in ([flag] if flag else []) + student.flags]
         result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
         return result
+
+
+    def _live_sandbox(self):
+        """The worker's sandbox if it is alive (None when it is to be started afresh)."""
+        sandbox = self.worker.sandbox
+        return sandbox if sandbox is not None and not sandbox.exited() else None
+
+    def _sandbox_lost(self, sandbox):
+        """Whether the worker's sandbox died during a submission: `sandbox`, the one it runs in, is no
+        longer the worker's or has exited (None: the worker's current one has exited).  Its children
+        die with it, and the grader sees the student's process stop as if the student's code had
+        stopped it (and starts a sandbox again): what the death cut short is the grader's fault, never
+        the student's."""
+        current = self.worker.sandbox
+        if sandbox is None:
+            return current is None or current.exited()
+        return current is not sandbox or sandbox.exited()
 
 
 def grade_one(course, assignment, folder, student="student", notebooks=None):

@@ -9,6 +9,9 @@
     <out>/feedback/<student>/<assignment>/feedback.html the same, with pictures of attention weights
     <out>/report/                                  make report's item analysis
     <out>/shard.json                               a --shard K/N run that finished: which shard, and its submissions
+    <out>/shard-plan.json                          a --shard K/N run that started: which shard, and its submissions
+    <out>/grading.lock                             held by the run that grades into <out>, with its pid
+    <out>/results/<student>/<assignment>/recorded.json  which grade.json the gradebook holds (and which gradebook)
 """
 
 import json
@@ -30,9 +33,14 @@ class Layout:
         self.results = self.out / "results"
         self.feedback_root = self.out / "feedback"
         self.shard_manifest = self.out / "shard.json"
+        self.shard_plan = self.out / "shard-plan.json"
+        self.lock = self.out / "grading.lock"
 
     def record_path(self, student, assignment):
         return self.results / student / assignment / "grade.json"
+
+    def recorded(self, student, assignment):
+        return self.results / student / assignment / "recorded.json"
 
     def results_json(self, student, assignment):
         return self.results / student / assignment / "results.json"

@@ -52,7 +52,9 @@ def annotate(nb, notebook_result):
             *(nbformat.v4.new_output("display_data", data={"image/png": png_base64(picture),
                                                            "text/plain": picture.title})
               for picture in pictures),
-            nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=1),
+            # no points where the grader failed on the notebook (cell_text): the gradebook records none
+            *([nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=1)]
+              if points is not None else []),
         ]
         cell.execution_count = 1
     return nb

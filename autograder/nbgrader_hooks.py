@@ -32,4 +32,6 @@ class HiddenSuites(NbGraderPreprocessor, CourseFile):
             nbformat.write(nb, path)
             result = grade_one(course, assignment, folder, resources["nbgrader"]["student"], {name: path})
         graded = next(notebook for notebook in result.notebooks if notebook.notebook == name)
+        if graded.fault:   # no score at all: nbgrader reports this submission's autograde as failed
+            raise RuntimeError(f"the grader failed on {name}: {graded.fault}; run nbgrader autograde again")
         return annotate(nb, graded), resources

@@ -6,7 +6,9 @@
   for the instructor   csv_row (grades.csv), and on the console a class run's class_plan,
                        Progress and class_report (summary_table, changes, not_submitted_line)
 
-Every one of them shows the same numbers (a result's final_score) and the same Sections.
+Every one of them shows the same numbers (a result's final_score) and the same Sections; a result
+the grader failed on (results.SubmissionResult.faulted) shows none: each rendering says it will be
+graded again, and Gradescope gets no results.json at all (`gradescope`).
 """
 
 import csv
@@ -14,6 +16,7 @@ import html
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from autograder.files import write_atomic, write_csv
 from autograder.pictures import Picture, png_base64
@@ -61,9 +64,16 @@ def sections(notebook):
             for exercise, tests in notebook.by_exercise().items()]
 
 
+# What the student reads instead of a score when the grader failed on their submission.
+NOT_YET = ("Not graded yet: the grader failed on this submission, through no fault of your work. It will be "
+           "graded again, and this page will then give your score.")
+
+
 def headline(result):
     """The score every rendering of the feedback leads with: the final one (grades.csv's final_score),
-    with what it is made of when a manual score or a late penalty changed it."""
+    with what it is made of when a manual score or a late penalty changed it; none for a fault."""
+    if result.faulted:
+        return "Score: not yet (the grader failed; it will be graded again)"
     parts = [f"automatic {result.score:g}"] if result.manual or result.late_penalty else []
     parts += [f"by hand {result.manual:+g}"] if result.manual else []
     parts += [f"late {-result.late_penalty:+g}"] if result.late_penalty else []
@@ -72,6 +82,8 @@ def headline(result):
 
 def summary(result):
     """The sentences under the score in every rendering of the feedback."""
+    if result.faulted:
+        return [NOT_YET]
     lines = []
     if result.manual:
         lines.append(f"Your instructor's grading by hand changes the automatic score of {result.score:g} by "
@@ -80,6 +92,12 @@ def summary(result):
         lines.append(f"Handed in {result.seconds_late / 3600:.1f} hours after the due date: the late policy "
                      f"takes {result.late_penalty:g} points.")
     return lines
+
+
+def points(notebook):
+    """A notebook's points as its heading shows them: none where the grader failed on it."""
+    return f"not graded yet / {notebook.max_score:g}" if notebook.fault else \
+        f"{notebook.score:g} / {notebook.max_score:g}"
 
 
 # -- for the student
@@ -91,7 +109,7 @@ def markdown(result):
     for sentence in summary(result):
         lines += [sentence, ""]
     for notebook in result.notebooks:
-        lines += [f"## {notebook.notebook}.ipynb ({notebook.score:g} / {notebook.max_score:g})", ""]
+        lines += [f"## {notebook.notebook}.ipynb ({points(notebook)})", ""]
         if notebook.reason:
             lines += [f"Not graded: {notebook.reason}.", ""]
             continue
@@ -116,7 +134,7 @@ def html_page(result):
              f"<p><strong>{esc(headline(result))}</strong></p>"]
     parts += [f"<p>{esc(sentence)}</p>" for sentence in summary(result)]
     for notebook in result.notebooks:
-        parts.append(f"<h2>{esc(notebook.notebook)}.ipynb ({notebook.score:g} / {notebook.max_score:g})</h2>")
+        parts.append(f"<h2>{esc(notebook.notebook)}.ipynb ({esc(points(notebook))})</h2>")
         if notebook.reason:
             parts.append(f"<p>Not graded: {esc(notebook.reason)}.</p>")
             continue
@@ -158,7 +176,10 @@ img {{ max-width: 100%; display: block; margin: .5rem 0; }}
 
 def cell_text(notebook, exercise_id, section):
     """(points, text) of one exercise of a NotebookResult, as the plain text of its check_<exercise>
-    cell; section: its Section (None when it has no results)."""
+    cell; section: its Section (None when it has no results).  points is None where the grader failed
+    on the notebook."""
+    if notebook.fault:   # no points: the gradebook records no automatic score (gradebook.record)
+        return None, f"Hidden tests of {exercise_id}: not graded yet\nNot graded: {notebook.reason}.\n"
     points, possible = (section.score, section.max_score) if section else (0, 0)
     lines = [f"Hidden tests of {exercise_id}: {points:g} / {possible:g}"]
     if notebook.reason:
@@ -207,16 +228,28 @@ def gradescope(result, visibility=None):
 
 
 def write_gradescope(result, path, visibility=None):
+    """results.json; for a result the grader failed on, none (an earlier one removed): Gradescope's
+    documented contract for an autograder that failed is a missing or invalid results.json, which it
+    shows as "The autograder failed to execute correctly", records no score for, and lets the
+    instructor run again.  Any results.json is a score: its "score" (or its tests' scores) is required,
+    and an explanatory "output" cannot come without one.  The reason goes to stdout (the caller's),
+    which Gradescope shows the instructor only."""
+    if result.faulted:
+        Path(path).unlink(missing_ok=True)
+        return
     write_atomic(path, json.dumps(gradescope(result, visibility), indent=2))
 
 
 # -- for the instructor
 
 def csv_row(result):
-    return {"student": result.student, "assignment": result.assignment, "score": f"{result.score:g}",
+    """grades.csv's row: a fault's score cells are empty (status "grader fault"), never 0."""
+    fault = result.faulted
+    return {"student": result.student, "assignment": result.assignment,
+            "score": "" if fault else f"{result.score:g}",
             "max_score": f"{result.max_score:g}", "manual": f"{result.manual:g}",
-            "late_penalty": f"{result.late_penalty:g}",
-            "final_score": f"{result.final_score:g}", "seconds_late": f"{result.seconds_late:.0f}",
+            "late_penalty": "" if fault else f"{result.late_penalty:g}",
+            "final_score": "" if fault else f"{result.final_score:g}", "seconds_late": f"{result.seconds_late:.0f}",
             "status": result.status, "reason": result.reason, "flags": result.flags}
 
 
@@ -264,6 +297,9 @@ def class_report(chosen, submitted, db, table=False):
         parts.append(f"\nNot graded: {len(chosen.strays)} entr{'y' if len(chosen.strays) == 1 else 'ies'} under "
                      f"{submitted}/ that are no <student>/<assignment>/ folder:\n"
                      + "\n".join(f"  {stray.path}: {stray.reason}" for stray in chosen.strays))
+    faults = fault_lines(graded)
+    if faults:
+        parts.append(faults)
     missing = not_submitted_line(graded)
     if missing:
         parts.append(missing)
@@ -275,11 +311,16 @@ def class_report(chosen, submitted, db, table=False):
     return "\n".join(parts)
 
 
+def score_text(result):
+    """A result's final score as the console gives it; "grader fault" instead of a number for a fault."""
+    return "grader fault" if result.faulted else f"{result.final_score:g} / {result.max_score:g}"
+
+
 def summary_table(results):
     """The console's table of a class run: one row per submission, with its final score (grades.csv's)."""
     rows = [("student", "assignment", "score", "status", "seconds")]
     for result in results:
-        rows.append((result.student, result.assignment, f"{result.final_score:g} / {result.max_score:g}",
+        rows.append((result.student, result.assignment, score_text(result),
                      result.reason or "graded", f"{result.seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []
@@ -288,6 +329,17 @@ def summary_table(results):
         if index == 0:
             lines.append("-" * (sum(widths) + 2 * len(widths) + 7))
     return "\n".join(lines)
+
+
+def fault_lines(results):
+    """For the instructor: the submissions the grader failed on (no score; the next run grades them
+    again), each with why, or ""."""
+    faulted = [result for result in results if result.faulted]
+    if not faulted:
+        return ""
+    return (f"\nGrader faults: {len(faulted)} submission(s) not graded, through no fault of the student (no score in "
+            "grades.csv, the gradebook or the feedback; the next run grades them again):\n"
+            + "\n".join(f"  {result.student} / {result.assignment}: {result.fault}" for result in faulted))
 
 
 def not_submitted_line(results):
@@ -309,8 +361,10 @@ def changes(before, results):
     lines = []
     for result in results:
         key = (result.student, result.assignment)
-        if key in before and before[key] != result.final_score:
-            lines.append(f"  {result.student}/{result.assignment}: {before[key]:g} -> {result.final_score:g}")
+        now = None if result.faulted else result.final_score   # before: None where it was a fault
+        if key in before and before[key] != now:
+            was = "grader fault" if before[key] is None else f"{before[key]:g}"
+            lines.append(f"  {result.student}/{result.assignment}: {was} -> {score_text(result).split(' / ')[0]}")
     return lines
 
 
@@ -331,7 +385,7 @@ class Progress:
             self.bar.set_postfix_str(task.key, refresh=False)
             self.bar.update(1)
         elif not result.missing:  # what was not handed in is summed up once, at the end
-            print(f"graded {task.key}: {result.final_score:g} / {result.max_score:g}"
+            print(f"graded {task.key}: {score_text(result)}"
                   + (f"  ({result.reason})" if result.reason else ""), file=self.stream, flush=True)
 
     def close(self):

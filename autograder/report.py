@@ -3,7 +3,8 @@
 Reads what `grade-class` wrote (grades.csv and results/<student>/<assignment>/results.json) and
 writes report/: scores.png (a histogram per assignment), item_analysis.csv (one row per test)
 and report.md (the same, with the tests that nobody or everybody passed).  Submissions that could
-not be graded (missing, corrupt) are left out of the pass rates: they say nothing about a test.
+not be graded (missing, corrupt) are left out of the pass rates: they say nothing about a test; those
+the grader failed on (status "grader fault") are counted apart, in a section of their own.
 """
 
 import json
@@ -15,6 +16,7 @@ from autograder.course import CourseError
 from autograder.files import write_atomic, write_csv
 from autograder.layout import Layout
 from autograder.render import read_grades_csv
+from autograder.results import GRADER_FAULT
 
 
 def grade_rows(out):
@@ -81,8 +83,13 @@ def plot_scores(by_assignment, path):
     plt.close(fig)
 
 
-def markdown(by_assignment, rows, flagged=()):
+def markdown(by_assignment, rows, flagged=(), faults=()):
     lines = ["# Class report", ""]
+    if faults:
+        lines += ["## Grader faults", "",
+                  f"{len(faults)} submission(s) the grader failed on, through no fault of the student: no score, "
+                  "left out of everything below; the next `make grade` grades them again.", ""]
+        lines += [f"- {row['student']} / {row['assignment']}: {row['reason']}" for row in faults] + [""]
     if flagged:
         lines += ["## Flagged for the instructor", "",
                   "Code that reaches into torch internals or the grader's guard in an exercise that must be "
@@ -161,7 +168,7 @@ def write_report(out, folder=None, order=(), course=None):
     write_csv(folder / "item_analysis.csv", list(rows[0]), rows)
     plot_scores(by_assignment, folder / "scores.png")
     flagged = [row for row in grades if row.get("flags")]
-    text = markdown(by_assignment, rows, flagged)
+    text = markdown(by_assignment, rows, flagged, [row for row in grades if row["status"] == GRADER_FAULT])
     if course is not None:
         from autograder.integrity import write_integrity
         from autograder.layout import Layout

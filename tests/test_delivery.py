@@ -344,6 +344,8 @@ def run_autograder(tree, submission_files, time_limit=300, extra_env=None, stdou
     assert process.returncode == 0, process.stderr
     if stdout is not None:
         stdout.append(process.stdout)
+    if not (tree / "results" / "results.json").exists():
+        return None   # the grader failed: Gradescope's "autograder failed", no score
     result = json.loads((tree / "results" / "results.json").read_text())
     assert {"score", "output", "stdout_visibility", "tests"} <= set(result)
     assert set(result) - {"max_score"} <= SPEC_FIELDS   # nothing Gradescope does not define (max_score: ours)
@@ -393,13 +395,17 @@ def test_gradescope_refuses_links_out_of_the_upload_and_huge_uploads(autograder_
         choose_notebooks(COURSE.assignment("scaled_attention"), find_notebooks(tmp_path))
 
 
-def test_gradescope_always_writes_a_result_even_when_the_grader_is_stopped(autograder_tree, tmp_path):
+def test_gradescope_gets_no_score_when_the_grader_is_stopped(autograder_tree, tmp_path):
+    """A grader stopped by its time limit is a fault: no results.json (Gradescope's contract for an
+    autograder that failed: no score, run again), the reason in the instructor's stdout."""
+    stdout = []
     result = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(tmp_path, {"sdpa": HANGING})},
-                            time_limit=2)
-    assert result["score"] == 0 and result["output"] == "The grader could not run; your instructor has been told."
+                            time_limit=2, stdout=stdout)
+    assert result is None
+    assert "instructor: no score: the grader failed on this submission" in stdout[0]
 
 
-def test_gradescope_tells_the_student_no_more_than_that_the_grader_could_not_run(autograder_tree, tmp_path):
+def test_a_gradescope_sandbox_that_cannot_start_is_a_fault_said_to_the_instructor_only(autograder_tree, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
@@ -408,9 +414,8 @@ def test_gradescope_tells_the_student_no_more_than_that_the_grader_could_not_run
     result = run_autograder(autograder_tree, {"scaled_attention.ipynb": notebook_bytes(
         tmp_path, solution_answers("scaled_attention"))}, extra_env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
         stdout=stdout)
-    assert result["score"] == 0 and "the grader could not run; your instructor has been told" in result["output"]
-    assert "bwrap" not in json.dumps(result) and result["stdout_visibility"] == "hidden"
-    assert "No permissions to create new namespace" in stdout[0]
+    assert result is None   # a grader fault: no score, and nothing of the reason for the student
+    assert "No permissions to create new namespace" in stdout[0] and "grader fault, no score" in stdout[0]
 
 
 def run_setup(tree, tmp_path, fakes):

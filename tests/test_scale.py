@@ -284,3 +284,31 @@ def test_a_policy_scanner_finds_only_what_the_sandbox_needs(written):
     assert {"CKV_K8S_23", "CKV_K8S_40", "CKV_K8S_22", "CKV_K8S_20", "CKV_K8S_37", "CKV_K8S_28", "CKV_K8S_10",
             "CKV_K8S_11", "CKV_K8S_12", "CKV_K8S_13", "CKV_K8S_38", "CKV_K8S_43", "CKV_K8S_16"} <= passed
     assert ("CKV_K8S_31", "Job.default.grade-merge") in {(c["check_id"], c["resource"]) for c in results["passed_checks"]}
+
+
+def test_a_shard_whose_job_fails_leaves_its_submissions_grader_faults_when_merged_anyway(slurm, tmp_path):
+    """A Slurm job of the array fails (shard 2 of 2 cannot write its results) and the merge is run anyway,
+    by hand: shard 1's grade is merged, shard 2's submission is a grader fault (empty scores, never 0,
+    nothing in the gradebook), and the merge says so and exits 1."""
+    first, second = "cara_no_scaling", "ada_perfect"   # 22 / 22 each on one machine
+    assert in_shard(Task(first, "masks", ""), (1, 2)) and in_shard(Task(second, "masks", ""), (2, 2))
+    shards = tmp_path / "out" / "shards"
+    (shards / "shard-2").mkdir(parents=True)
+    (shards / "shard-2" / "results").write_text("a file where the shard's results go: its job fails at its first save")
+    process = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade-slurm", "--submitted", str(SUBMITTED), "--out", str(tmp_path / "out"),
+         "--db", f"sqlite:///{tmp_path / 'gradebook.db'}", "--autograded", str(tmp_path / "autograded"), "--shards", "2",
+         "--poll", "0.5", "--assignment", "masks", "--student", first, "--student", second, "--wait"],
+        cwd=ROOT, env=slurm, capture_output=True, text=True, timeout=600)
+    assert process.returncode == 1 and "shard 2/2 failed (FAILED" in process.stderr, process.stdout + process.stderr
+    merged = run_grader("merge", shards / "shard-1", shards / "shard-2", "--out", tmp_path / "out", "--db",
+                        f"sqlite:///{tmp_path / 'gradebook.db'}", "--autograded", tmp_path / "autograded")
+    assert merged.returncode == 1, merged.stderr
+    assert f"{shards / 'shard-2'} did not finish: its submissions without a grade are grader faults" in merged.stderr
+    with open(tmp_path / "out" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert (rows[first]["status"], rows[first]["final_score"]) == ("graded", "22")
+    assert (rows[second]["status"], rows[second]["score"], rows[second]["final_score"]) == ("grader fault", "", "")
+    assert "did not finish" in rows[second]["reason"]
+    assert set(gradebook_scores(f"sqlite:///{tmp_path / 'gradebook.db'}")) == {(first, "masks")}
+    assert "Not graded yet" in (tmp_path / "out" / "feedback" / second / "masks" / "feedback.md").read_text()

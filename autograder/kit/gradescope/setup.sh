@@ -57,7 +57,7 @@ for solution in solutions/"$assignment"/*.ipynb; do
   fi
   score="$(echo "$report" | tail -n 1)"
   case "$score" in
-    "error:"*|*"not graded"*|*"could not"*) fail "the grader cannot run on this image: $score" ;;
+    "error:"*|"grader fault"*|*"not graded"*|*"could not"*) fail "the grader cannot run on this image: $score" ;;
   esac
   read -r got _ possible _ <<<"$score"
   [ "$got" = "$possible" ] || fail "the reference solution $solution gets $score in this image, not full marks"
