@@ -63,7 +63,7 @@ class CheckServer:
     url: str = ""                   # what students' kits call; default: http(s)://host:port
     certificate: str = ""
     key: str = ""
-    queue: int = 64
+    queue: int = 256
     max_mb: int = 16                # the largest notebook a check takes (413 beyond)
 
     @property

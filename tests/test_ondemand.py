@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from autograder.course import load_course
 from autograder.ondemand import ledger, tokens
@@ -23,7 +22,8 @@ from autograder.ondemand.pool import PER_STUDENT, FairQueue, Full, Job
 from autograder.report import checks_markdown
 from autograder.suites import test_causal_mask
 from tests.catalogue.causal_mask import MISTAKES
-from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
+from tests import ondemand
+from tests.notebooks import COURSE, make_submission, solution_answers
 from tests.test_course import solution_lines
 from tests.test_variants import by_hand_written_out
 
@@ -35,33 +35,15 @@ ANSWERS = []   # every response body of the module, scanned at its end
 def server(tmp_path_factory):
     """The check server of a copy of the course (its course.yml; the rest linked), one grading process."""
     root = tmp_path_factory.mktemp("checked")
-    raw = yaml.safe_load((ROOT / "course.yml").read_text())
-    raw["assignments"] = [a for a in raw["assignments"] if a["id"] in ("masks", "attention_basics", "scaled_attention")]
-    raw["checks"] = {"open": True, "until": "2099-01-01T00:00:00Z", "per_hour": PER_HOUR, "server": {"max_mb": 1}}
-    for assignment in raw["assignments"]:
-        assignment["checks"] = {"attention_basics": {"shows": "tests"}, "scaled_attention": {"until": "due"}}.get(
-            assignment["id"], {})
-    (root / "course.yml").write_text(yaml.safe_dump(raw))
-    for name in ("solutions", "exercises", "requirements.txt"):
-        (root / name).symlink_to(ROOT / name)
-    process = subprocess.Popen([sys.executable, "-m", "autograder", "--course", root / "course.yml", "check-server",
-                                "--jobs", "1", "--port", "0", "--out", root / "out"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
-    reader.start()
+    course_yml = ondemand.course_copy(root, ("masks", "attention_basics", "scaled_attention"),
+                                      {"open": True, "until": "2099-01-01T00:00:00Z", "per_hour": PER_HOUR,
+                                       "server": {"max_mb": 1}},
+                                      {"attention_basics": {"shows": "tests"}, "scaled_attention": {"until": "due"}})
+    process, address = ondemand.start(course_yml, root / "out")
     try:
-        for _ in range(1200):
-            if any("check server ready" in line for line in lines) or process.poll() is not None:
-                break
-            threading.Event().wait(0.1)
-        assert any("check server ready" in line for line in lines), "".join(lines)
-        address = re.search(r"listening at (http://\S+),", "".join(lines)).group(1)
-        yield {"url": address, "root": root, "course": load_course(root / "course.yml"), "lines": lines,
-               "process": process}
+        yield {"url": address, "root": root, "course": load_course(course_yml), "process": process}
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        ondemand.stop(process)
 
 
 def post(server, student, notebook, assignment="masks", token=None, content=None):
@@ -259,3 +241,28 @@ def test_the_fair_queue_serves_students_in_turn_and_bounds_each_line():
         return [queue.take().student for _ in range(len(queue))]
     assert PER_STUDENT == 2
     assert asyncio.run(scenario()) == ["flood", "calm", "other", "late", "flood"]
+
+
+@pytest.mark.parametrize("until, closes", [("due", "2026-10-19T08:00:00+00:00"), ("due + 48h", "2026-10-21T08:00:00+00:00"),
+                                          ("2026-11-01T12:00:00+01:00", "2026-11-01T11:00:00+00:00")])
+def test_course_yml_says_until_when_checks_stay_open(tmp_path, until, closes):
+    from datetime import datetime
+    policy = course_with(tmp_path, {"open": True, "until": until}).assignment("masks").checks
+    due = COURSE.assignment("masks").due
+    assert policy.open and policy.closes(due) == datetime.fromisoformat(closes)
+
+
+@pytest.mark.parametrize("checks, error", [
+    ({"per_hour": 0}, "checks per_hour must be a whole number of checks, 1 or more"),
+    ({"shows": "everything"}, "checks shows must be one of causes, tests, total, not 'everything'"),
+    ({"until": "soon"}, "checks until 'soon' is not an ISO 8601 date and time"),
+    ({"opened": True}, "checks takes open, until, per_hour, shows and server"),
+    ({"server": {"certificate": "a.pem"}}, "checks: server needs both certificate and key for TLS, or neither")])
+def test_a_policy_course_yml_cannot_mean_is_refused_with_one_line(tmp_path, checks, error):
+    from autograder.course import CourseError
+    with pytest.raises(CourseError, match=re.escape(error)):
+        course_with(tmp_path, checks)
+
+
+def course_with(folder, checks):
+    return load_course(ondemand.course_copy(folder, [a.id for a in COURSE.assignments], checks))

@@ -174,9 +174,10 @@ class Pool:
         return job.future
 
     def retry_after(self):
-        """Seconds after which a refused check may find room: the queue's share of the graders' time."""
+        """Seconds after which a refused check may find room: a check's grading time over the grading processes
+        (a full queue has room once the next check is taken from it)."""
         typical = sum(self.seconds) / len(self.seconds) if self.seconds else 5.0
-        return max(1, round(typical * (len(self.queue) / max(1, self.jobs) + 1)))
+        return max(1, round(typical / max(1, self.jobs)))
 
     def _dispatch(self):
         for slot in list(self.slots):

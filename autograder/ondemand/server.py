@@ -102,14 +102,15 @@ class Checks:
         return Job(student, assignment, notebook, request["content"].encode(), now)
 
     def record(self, job, record, seconds):
-        """One check in the ledger: graded (with its score and named causes), or failed (record None);
-        returns the named causes."""
+        """One check in the ledger: graded (with its score, named causes and grading seconds), or failed
+        (record None); `seconds` from its admission to its answer. Returns the named causes."""
         result = from_record(record) if record else None
         named = ledger.causes(record, self.causes) if record else []
         self.ledger.append({"student": job.student, "assignment": job.assignment.id, "notebook": job.notebook.name,
                             "at": job.now.isoformat(), "status": "graded" if result else "failed",
                             "score": result.score if result else None, "max_score": result.max_score if result else None,
-                            "causes": named, "seconds": round(seconds, 3)})
+                            "causes": named, "seconds": round(result.seconds, 3) if result else None,
+                            "waited": round(seconds - (result.seconds if result else 0.0), 3)})
         return named
 
 

@@ -1,0 +1,99 @@
+"""`python -m tests.bench_checks`: a class checking at once against the real check server on loopback.
+
+STUDENTS students (100 by default) each post one notebook of ASSIGNMENT (masks by default) at the same
+moment, with a bounded asyncio client (httpx); a check refused with 503 or 429 is posted again after
+its Retry-After, as check() would be by a patient student. The class is made like a real one: most
+notebooks carry one of the catalogue's realistic mistakes, a few are right, a few untouched. Prints,
+per assignment, p50, p95 and the largest latency (from the first post to the answer, retries
+included), the checks per second, and beside them the floor: the checks' own grading seconds (the
+ledger's) over the grading processes. Every request is answered or refused with its reason; a lost
+one fails the run.
+"""
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from autograder.course import load_course
+from autograder.ondemand import ledger, tokens
+from tests import ondemand
+from tests.catalogue import MISTAKES
+from tests.notebooks import make_submission, solution_answers
+
+
+def the_class(assignment, students, folder):
+    """(student, notebook path): every fifth right, every tenth untouched, the others a catalogued mistake."""
+    mistakes = [m for m in MISTAKES if m.exercise in {e.id for e in load_course().assignment(assignment).exercises}]
+    right = solution_answers(assignment)
+    made = []
+    for index in range(students):
+        student = f"student{index:03d}"
+        if index % 10 == 9:
+            answers = {}
+        elif index % 5 == 4:
+            answers = right
+        else:
+            mistake = mistakes[index % len(mistakes)]
+            answers = {**right, mistake.exercise: mistake.code}
+        made.append((student, make_submission(assignment, answers, Path(folder) / student)[0]))
+    return made
+
+
+async def one_check(client, url, course, assignment, student, path, refusals):
+    body = {"student": student, "assignment": assignment, "notebook": path.name, "content": path.read_text()}
+    headers = {"Authorization": f"Bearer {tokens.issue(course, student)}"}
+    started = time.monotonic()
+    while True:
+        response = await client.post(url + "/check", json=body, headers=headers)
+        if response.status_code in (429, 503):
+            refusals[response.status_code] = refusals.get(response.status_code, 0) + 1
+            await asyncio.sleep(float(response.headers["Retry-After"]))
+            continue
+        return response.status_code, time.monotonic() - started
+
+
+async def load(url, course, assignment, made):
+    refusals = {}
+    async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=len(made))) as client:
+        started = time.monotonic()
+        answers = await asyncio.gather(*[one_check(client, url, course, assignment, student, path, refusals)
+                                         for student, path in made])
+        return answers, time.monotonic() - started, refusals
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=100)
+    parser.add_argument("--assignment", default="masks")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-checks-") as folder:
+        root = Path(folder)
+        course_yml = ondemand.course_copy(root, [args.assignment], {"open": True, "until": "2099-01-01T00:00:00Z",
+                                                                    "per_hour": 1000})
+        course = load_course(course_yml)
+        made = the_class(args.assignment, args.students, root / "class")
+        process, url = ondemand.start(course_yml, root / "out", jobs=args.jobs)
+        try:
+            answers, wall, refusals = asyncio.run(load(url, course, args.assignment, made))
+        finally:
+            ondemand.stop(process)
+        graded = [entry["seconds"] for entry in ledger.read(root / "out") if entry["seconds"] is not None]
+    statuses = [status for status, _ in answers]
+    latencies = sorted(seconds for _, seconds in answers)
+    assert len(answers) == args.students and set(statuses) <= {200}, f"answers: {statuses}"
+    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
+    print(f"{args.assignment}: {args.students} students at once, {args.jobs} grading processes: "
+          f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
+          f"{args.students / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
+          f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); refused then answered: "
+          f"{refusals or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
