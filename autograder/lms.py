@@ -29,9 +29,9 @@ from pathlib import Path
 from autograder.course import CourseError
 from autograder.files import csv_text, write_atomic
 from autograder.render import read_grades_csv
+from autograder.results import GRADER_FAULT
 
 ROSTER_FIELDS = ("student", "name", "email", "sis_user_id", "sis_login_id", "section", "lms_user_id")
-GRADER_FAULT = "grader fault"   # grades.csv's status of a submission the grader failed on: no score of the student's
 
 
 def read_roster(path):

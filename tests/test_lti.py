@@ -341,3 +341,39 @@ def test_a_grader_fault_is_held_back_from_the_csv_exports_and_the_push(platform,
     assert not [line for line in would if "cara_no_scaling masks" in line or "dev_wrong_axes masks" in line]
     assert len(would) == 6
 
+
+def test_a_submission_the_grader_failed_on_is_held_back_then_sent_once_regraded(platform, key, course_copy):
+    """As an instructor meets it: cara's masks was a grader fault (its record says so), the rest graded.
+    make lms leaves her cell empty and make lms-push sends nothing for it, each saying so; once it is
+    graded again, the next push sends that score and nothing else."""
+    out, db, roster = course_copy
+    record_path = out / "results" / "cara_no_scaling" / "masks" / "grade.json"
+    graded = record_path.read_text()
+    record = json.loads(graded)
+    for notebook in record["notebooks"]:
+        notebook["fault"] = "the sandbox was killed (SIGKILL)"
+    record_path.write_text(json.dumps(record))
+    held = ("cara_no_scaling/masks: held back, {} (a grader fault, not the student's score: masks: the grader failed: "
+            "the sandbox was killed (SIGKILL); the next make grade grades it again)")
+    exported = run_grader("export-lms", "--out", out, "--roster", roster, "--db", db)
+    assert exported.returncode == 0, exported.stderr
+    assert held.format("its cell left empty") in exported.stdout.splitlines()
+    with open(out / "grades.csv") as handle:
+        row, = [row for row in csv.DictReader(handle) if (row["student"], row["assignment"]) == ("cara_no_scaling", "masks")]
+    assert (row["status"], row["final_score"]) == ("grader fault", "")
+    with open(out / "canvas.csv") as handle:
+        canvas = {line[3]: line for line in csv.reader(handle)}
+    column = canvas["SIS Login ID"].index(COURSE.assignment("masks").title)
+    assert canvas["cara_no_scaling"][column] == "" and canvas["ada_perfect"][column] == f"{MASKS:g}"
+    process = push(platform, key, course_copy)
+    assert process.returncode == 0, process.stderr
+    assert held.format("not sent") in process.stdout.splitlines()
+    assert "Sent 7 score(s)" in process.stdout and "; 1 held back" in process.stdout
+    assert ("masks", "lms-cara_no_scaling") not in platform.gradebook() and len(platform.scores) == 7
+    record_path.write_text(graded)                                    # graded again: her score now
+    received = len(platform.scores)
+    again = push(platform, key, course_copy)
+    assert again.returncode == 0 and "held back" not in again.stdout and "Sent 1 score(s)" in again.stdout
+    assert [(platform.lineitems[item]["resourceId"], score["userId"]) for item, score in platform.scores[received:]] \
+        == [("masks", "lms-cara_no_scaling")]
+    assert platform.gradebook() == final_scores(out)
