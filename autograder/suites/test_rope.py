@@ -123,8 +123,10 @@ def test_scores_depend_only_on_the_offset(student):
     """The defining property: rope(q, m) . rope(k, n) depends on m - n only."""
     q, k = randn(S, D, seed=307), randn(S, D, seed=308)
     positions = torch.arange(S)
-    near = rope(student, q, positions) @ rope(student, k, positions).T
-    far = rope(student, q, positions + 100) @ rope(student, k, positions + 100).T
+    turned = [rope(student, x, at) for at in (positions, positions + 100) for x in (q, k)]
+    for value in turned:   # read only what has the input's shape (another shape is no verdict of this test)
+        checks.shape(value, (S, D), "apply_rope(x, positions) for x of shape [S, D]", CAUSES["shape"])
+    near, far = turned[0] @ turned[1].T, turned[2] @ turned[3].T
     checks.close(far, near, "The scores of q and k both moved 100 positions on, against the scores before",
                  "Turning both by the same extra angle leaves their dot product unchanged, if it is a rotation.",
                  common.named(CAUSES, cos_only=latent.rope(q, positions + 100, cos_only=True)

@@ -150,6 +150,7 @@ def test_fully_masked_row_gives_zeros(student):
     mask[:, :, 0] = False  # the first query may attend to nothing
     (output, weights), _ = sdpa(student, q, k, v, mask)
     hint = CAUSES["fully_masked_nan"]
+    checks.shape(weights, (B, H, SQ, SK), "The weights")   # before a row of them is read
     checks.finite(weights, "The weights", hint)
     checks.finite(output, "The output", hint)
     checks.close(weights[:, :, 0], torch.zeros_like(weights[:, :, 0]), "The weights of the fully masked row")
