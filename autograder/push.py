@@ -139,7 +139,10 @@ def lay_out(course, clone, folder, pushed):
 
 
 def status_of(result):
-    """(state, description) of one assignment's commit status."""
+    """(state, description) of one assignment's commit status; a grader fault gives no score and keeps
+    its reason (the instructor's) out of the student's repository."""
+    if result.faulted:
+        return "error", "not graded yet: the grader failed (no fault of your work); it will be graded again"
     if result.reason:
         return "error", f"not graded: {result.reason}"
     late = f" ({result.late_penalty:g} taken for lateness)" if result.late_penalty else ""

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import render
+from autograder import push, render
 from autograder.classroom import wide_rows
 from autograder import results
 from autograder.results import GRADER_FAILED, SubmissionResult, NotebookResult, from_record, grader_failed, to_record
@@ -121,6 +121,8 @@ def test_a_fault_is_kept_in_its_record_and_is_no_score_anywhere(tmp_path):
     for page in (render.markdown(result), render.html_page(result)):
         assert "Not graded yet" in page and "it will be graded again" in page and "/ 22" not in page.split("(")[0]
         assert "0 / 22" not in page and "sandbox" not in page   # the instructor's reason stays the instructor's
+    state, said = push.status_of(result)   # grading on push: the commit's status in the student's repository
+    assert state == "error" and "graded again" in said and "sandbox" not in said and "0 /" not in said
     points, text = render.cell_text(result.notebooks[0], "causal_mask", None)
     assert points is None and "not graded yet" in text
     path = tmp_path / "results.json"
@@ -310,3 +312,21 @@ def test_the_output_folders_disk_full_is_one_line_no_half_file_and_no_score(smal
     assert again.returncode == 0, again.stderr
     assert rows(folder)["kim_mask_bugs"] == rows(clean)["kim_mask_bugs"]
     assert gradebook(tmp_path)["kim_mask_bugs"] == gradebook(clean)["kim_mask_bugs"]
+
+
+def test_make_report_counts_faults_apart(tmp_path):
+    """A fault is left out of the pass rates and the histogram, and listed in a section of its own."""
+    from autograder.layout import Layout
+    from autograder.report import write_report
+    layout = Layout(tmp_path)
+    notebook = MASKS.notebooks[0]
+    graded = SubmissionResult("cara_no_scaling", "masks", [NotebookResult("masks", results.zero_results(
+        notebook.exercises, "failed"))])
+    fault = SubmissionResult("ada_perfect", "masks", [grader_failed(notebook, "the grading process stopped on it")])
+    for result in (graded, fault):
+        layout.save(result)
+    render.write_grades_csv([fault, graded], layout.grades_csv)
+    report = (write_report(tmp_path) / "report.md").read_text()
+    assert "## Grader faults" in report and "- ada_perfect / masks: masks: the grader failed: the grading process " \
+        "stopped on it" in report
+    assert "1 graded submissions; mean 0.0 / 22" in report
