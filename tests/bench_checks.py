@@ -6,8 +6,8 @@ its Retry-After, as check() would be by a patient student. The class is made lik
 notebooks carry one of the catalogue's realistic mistakes, a few are right, a few untouched. Prints,
 per assignment, p50, p95 and the largest latency (from the first post to the answer, retries
 included), the checks per second, and beside them the floor: the checks' own grading seconds (the
-ledger's) over the grading processes. Every request is answered or refused with its reason; a lost
-one fails the run.
+ledger's) over the grading processes. Every request is answered or refused with its reason, and no
+answer holds a line of the hidden suites or of a solution; a lost request or a leak fails the run.
 """
 
 import argparse
@@ -44,12 +44,13 @@ def the_class(assignment, students, folder):
     return made
 
 
-async def one_check(client, url, course, assignment, student, path, refusals):
+async def one_check(client, url, course, assignment, student, path, refusals, answers):
     body = {"student": student, "assignment": assignment, "notebook": path.name, "content": path.read_text()}
     headers = {"Authorization": f"Bearer {tokens.issue(course, student)}"}
     started = time.monotonic()
     while True:
         response = await client.post(url + "/check", json=body, headers=headers)
+        answers.append((response.text, body["content"]))
         if response.status_code in (429, 503):
             refusals[response.status_code] = refusals.get(response.status_code, 0) + 1
             await asyncio.sleep(float(response.headers["Retry-After"]))
@@ -58,12 +59,12 @@ async def one_check(client, url, course, assignment, student, path, refusals):
 
 
 async def load(url, course, assignment, made):
-    refusals = {}
+    refusals, bodies = {}, []
     async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=len(made))) as client:
         started = time.monotonic()
-        answers = await asyncio.gather(*[one_check(client, url, course, assignment, student, path, refusals)
+        answers = await asyncio.gather(*[one_check(client, url, course, assignment, student, path, refusals, bodies)
                                          for student, path in made])
-        return answers, time.monotonic() - started, refusals
+        return answers, time.monotonic() - started, refusals, bodies
 
 
 def main():
@@ -80,19 +81,22 @@ def main():
         made = the_class(args.assignment, args.students, root / "class")
         process, url = ondemand.start(course_yml, root / "out", jobs=args.jobs)
         try:
-            answers, wall, refusals = asyncio.run(load(url, course, args.assignment, made))
+            answers, wall, refusals, bodies = asyncio.run(load(url, course, args.assignment, made))
         finally:
             ondemand.stop(process)
         graded = [entry["seconds"] for entry in ledger.read(root / "out") if entry["seconds"] is not None]
     statuses = [status for status, _ in answers]
     latencies = sorted(seconds for _, seconds in answers)
     assert len(answers) == args.students and set(statuses) <= {200}, f"answers: {statuses}"
+    lines = ondemand.hidden_lines(course, [args.assignment])
+    leaks = [found for text, sent in bodies for found in ondemand.leaked(text, sent, lines)]
+    assert not leaks, f"answers hold hidden lines: {leaks[:3]}"
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
     print(f"{args.assignment}: {args.students} students at once, {args.jobs} grading processes: "
           f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
           f"{args.students / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
           f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); refused then answered: "
-          f"{refusals or 'none'}")
+          f"{refusals or 'none'}; {len(bodies)} answers scanned, none holds a line of the hidden suites or a solution")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The check server for tests and the bench: a copy of the course with its own course.yml (the rest
 linked), and the real server started on it on loopback, in a process of its own."""
 
+import json
 import re
 import subprocess
 import sys
@@ -13,14 +14,16 @@ from tests.notebooks import ROOT
 
 def course_copy(root, assignments, checks, overrides=None):
     """`root`/course.yml: the course's, with only `assignments`, course-wide `checks` and per-assignment
-    `overrides` of them; solutions/, exercises/ and requirements.txt linked to the repository's."""
+    `overrides` of them; solutions/, exercises/, requirements.txt and autograder/kit/ (the kit's files)
+    linked to the repository's."""
     raw = yaml.safe_load((ROOT / "course.yml").read_text())
     raw["assignments"] = [a for a in raw["assignments"] if a["id"] in assignments]
     raw["checks"] = checks
     for assignment in raw["assignments"]:
         assignment["checks"] = (overrides or {}).get(assignment["id"], {})
     (root / "course.yml").write_text(yaml.safe_dump(raw))
-    for name in ("solutions", "exercises", "requirements.txt"):
+    for name in ("solutions", "exercises", "requirements.txt", "autograder/kit"):
+        (root / name).parent.mkdir(exist_ok=True)
         (root / name).symlink_to(ROOT / name)
     return root / "course.yml"
 
@@ -45,3 +48,23 @@ def start(course_yml, out, jobs=1, timeout=300):
 def stop(process):
     process.terminate()
     process.wait(timeout=60)
+
+
+def hidden_lines(course, assignment_ids):
+    """The lines an answer must never hold: of the assignments' hidden suites (code, not the strings their
+    messages are made of) and of their solutions (long enough to mean something)."""
+    from tests.test_course import solution_lines
+    chosen = [course.assignment(assignment) for assignment in assignment_ids]
+    suites = {line.strip() for a in chosen for e in a.exercises for line in e.suite.read_text().splitlines()
+              if len(line.strip()) >= 25 and not line.strip().startswith(("#", '"', "'", 'f"'))}
+    solutions = {line.strip() for a in chosen for nb in a.notebooks
+                 for line in solution_lines(course.source_notebook(a, nb)) if len(line.strip()) >= 20}
+    return suites, solutions
+
+
+def leaked(text, sent, lines):
+    """The hidden lines (hidden_lines) an answer's body holds, less those of the notebook the student sent."""
+    suites, solutions = lines
+    answer = json.loads(text)
+    shown = json.dumps(answer) + answer.get("markdown", "")
+    return [line for line in suites if line in shown] + [line for line in solutions if line in shown and line not in sent]

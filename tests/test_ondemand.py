@@ -24,7 +24,6 @@ from autograder.suites import test_causal_mask
 from tests.catalogue.causal_mask import MISTAKES
 from tests import ondemand
 from tests.notebooks import COURSE, make_submission, solution_answers
-from tests.test_course import solution_lines
 from tests.test_variants import by_hand_written_out
 
 PER_HOUR = 3
@@ -214,17 +213,9 @@ def test_the_kits_check_py_posts_the_saved_notebook_and_prints_the_feedback(serv
 
 
 def test_no_answer_holds_a_line_of_a_hidden_suite_or_of_a_solution(server):
-    served = [server["course"].assignment(a) for a in ("masks", "attention_basics")]
-    suite_lines = {line.strip() for a in served for e in a.exercises for line in e.suite.read_text().splitlines()
-                   if len(line.strip()) >= 25 and not line.strip().startswith(("#", '"', "'", 'f"'))}
-    solutions = {line.strip() for a in served for nb in a.notebooks
-                 for line in solution_lines(COURSE.source_notebook(a, nb)) if len(line.strip()) >= 20}
-    assert len(ANSWERS) >= 15 and suite_lines and solutions
-    for text, sent in ANSWERS:
-        answer = json.loads(text)
-        shown = json.dumps(answer) + answer.get("markdown", "")
-        assert not [line for line in suite_lines if line in shown]
-        assert not [line for line in solutions if line in shown and line not in sent]
+    lines = ondemand.hidden_lines(COURSE, ("masks", "attention_basics"))
+    assert len(ANSWERS) >= 15 and all(lines)
+    assert [found for text, sent in ANSWERS for found in ondemand.leaked(text, sent, lines)] == []
 
 
 def test_the_fair_queue_serves_students_in_turn_and_bounds_each_line():
@@ -266,3 +257,24 @@ def test_a_policy_course_yml_cannot_mean_is_refused_with_one_line(tmp_path, chec
 
 def course_with(folder, checks):
     return load_course(ondemand.course_copy(folder, [a.id for a in COURSE.assignments], checks))
+
+
+def test_a_students_kit_carries_their_token_and_check_py(tmp_path, monkeypatch):
+    """make student-kit STUDENT=id: check-server.json at the kit's root with a token the server takes for
+    that student alone, and check.py beside the notebooks of each assignment whose checks are open."""
+    from autograder import variants
+    from autograder.kits import build_student_kit
+    secret = tmp_path / "secret" / "variant-secret"   # its own: a kit notes its student beside the secret
+    monkeypatch.setenv(variants.SECRET_ENV, str(secret))
+    variants.make_secret(secret, COURSE)
+    (tmp_path / "course").mkdir()
+    course = course_with(tmp_path / "course", {"open": True})
+    _, chosen = build_student_kit(course, tmp_path / "kit", student="alice")
+    kit = next(folder for folder in tmp_path.iterdir() if folder.name.startswith("kit") and folder.is_dir())
+    handed = json.loads((kit / tokens.KIT_FILE).read_text())
+    assert handed["student"] == "alice" and handed["server"] == "http://127.0.0.1:8765"
+    key = tokens.signing_key(course)
+    assert tokens.verify(key, course, handed["token"], "alice") == "alice"
+    with pytest.raises(tokens.Refused):
+        tokens.verify(key, course, handed["token"], "bob")
+    assert all((kit / assignment.id / "check.py").is_file() for assignment in chosen)

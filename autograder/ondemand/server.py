@@ -33,7 +33,7 @@ from autograder.course import CourseError
 from autograder.ondemand import ledger, tokens
 from autograder.ondemand.pool import Full, GradingFault, Job, Pool
 from autograder.ondemand.tokens import Refused
-from autograder.results import GRADER_FAILED, from_record
+from autograder.results import from_record
 from autograder.variants import Variants
 
 log = logging.getLogger("autograder")
@@ -190,10 +190,9 @@ class CheckHandler(tornado.web.RequestHandler):
             record = None
         except asyncio.CancelledError:
             return   # its client left (on_connection_close)
-        if record is None or any(nb["reason"] == GRADER_FAILED for nb in record["notebooks"]):
+        if record is None or from_record(record).faulted:   # the grader's fault, not the notebook's
             log.error("check of %s/%s failed: %s", job.student, job.notebook.filename,   # the instructor's to read
-                      "; ".join(flag for nb in (record or {}).get("notebooks", []) for flag in nb["flags"]) or
-                      "its grading process stopped")
+                      from_record(record).fault if record else "its grading process stopped")
             checks.record(job, None, asyncio.get_running_loop().time() - started)
             return self.refuse(Refused(500, GRADING_FAULT))
         named = checks.record(job, record, asyncio.get_running_loop().time() - started)
