@@ -13,8 +13,8 @@ import pytest
 from autograder import rules
 from tests.check import ASSIGNMENT_OF
 from tests.notebooks import ROOT
-from tests.value_filter import (CONTROL, EXEMPT, KNOWN_WEAK, Filtered, exercise_of, findings, trivial_answers,
-                                value_tests)
+from tests.value_filter import (CONTROL, EXEMPT, KNOWN_WEAK, Filtered, describe, exercise_of, findings,
+                                trivial_answers, value_tests)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_a_test_that_a_trivial_answer_passes_is_named_with_the_answer_and_its_po
     the test, the answer and the points, and nothing said about the tests every answer lost."""
     test = value_tests("softmax")[0]
     points = exercise_of("softmax").points
-    graded = {name: {t: [0.0, p, "wrong"] for t, p in points.items()} for name in trivial_answers("softmax")}
+    graded = {name: {t: [0.0, p, "wrong"] for t, p in points.items()} for name in describe("softmax")}
     graded[CONTROL] = {t: [p, p, ""] for t, p in points.items()}
     seen = Filtered(graded={"softmax": graded})
     assert findings("softmax", seen) == []

@@ -15,15 +15,22 @@ Exempt, each with its reason in one place (exempt()): the `basic` tests of cours
 formats, the ValueError: counted before the gate because they are not about values), the `measured`
 tests (memory, counted work: the catalogue's gaming answers hold those), and EXEMPT below.
 
-    .venv/bin/python -m tests.value_filter [exercise ...] [--json FILE]
+A group's verdicts are kept in the grader's cache folder under the hash of everything they follow from
+(the grader's code, the course, the group's suites, the generated answers, the notebooks): a run grades again
+only what changed, so an instructor's new test is filtered in the next run and an unchanged course costs nothing.
+
+    .venv/bin/python -m tests.value_filter [exercise ...] [--json FILE] [--fresh]
 
 tests/test_filter.py runs it over the whole course (make test); `make check EXERCISE=id` over one.
 """
 
 import argparse
+import contextlib
+import hashlib
 import inspect
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -162,7 +169,7 @@ KINDS = {
         "function": "the reference's answer to other inputs of the same kind (each tensor's elements shuffled, "
                     "a module argument's parameters shuffled; a call of numbers alone: each number doubled)",
         "module": "the reference's forward on other inputs of the same kind (each tensor's elements shuffled)",
-        "value": "the reference worked out on another student's numbers",
+        "value": "the reference worked out on another student's numbers (differing from the student's in every entry)",
     },
     "earlier_answer": {
         "function": "the answer of an earlier call with other inputs, kept and returned for every later call",
@@ -386,15 +393,18 @@ def _variant_inputs(exercise_id):
     return list(Variants(COURSE).default(*_notebook_of(exercise_id)))
 
 
+def describe(exercise_id):
+    """answer name -> the sentence that says what it is: the control ("reference") and each trivial answer."""
+    kind, wrapped = answer_kind(exercise_id)
+    inputs = ", ".join(dict.fromkeys(name for _, names in wrapped.values() for name in names)) or "none"
+    return {CONTROL: "the reference through the filter's wrapper",
+            **{name: described[kind].format(name=f"of {inputs}") for name, described in KINDS.items()}}
+
+
 def trivial_answers(exercise_id):
     """answer name -> (the sentence that says what it is, the code of the answer cell): the control
     ("reference") and each trivial answer of the exercise."""
-    kind, wrapped = answer_kind(exercise_id)
-    inputs = ", ".join(dict.fromkeys(name for _, names in wrapped.values() for name in names)) or "none"
-    answers = {CONTROL: ("the reference through the filter's wrapper", _code(exercise_id, CONTROL))}
-    for name, described in KINDS.items():
-        answers[name] = (described[kind].format(name=f"of {inputs}"), _code(exercise_id, name))
-    return answers
+    return {name: (sentence, _code(exercise_id, name)) for name, sentence in describe(exercise_id).items()}
 
 
 def _code(exercise_id, answer):
@@ -425,88 +435,192 @@ def _value_code(exercise_id, answer, inputs):
         return f"\n{name} = trivial_pass({name}, [VARIANT[key] for key in {order!r}])\n"
     if answer == CONTROL:
         return ""
-    variants = Variants(COURSE)
-    numbers = (variants.default(*_notebook_of(exercise_id)) if answer == "earlier_answer"
-               else variants.draw(*_notebook_of(exercise_id), "another-student-of-the-filter"))
+    variants, where = Variants(COURSE), _notebook_of(exercise_id)
+    numbers = variants.default(*where) if answer == "earlier_answer" else _other_numbers(variants, *where)
     reference = solution_answers(ASSIGNMENT_OF[exercise_id])[exercise_id]
     return f"\ntrivial_saved = VARIANT\nVARIANT = {numbers!r}\n{reference}\nVARIANT = trivial_saved\n"
 
 
+STUDENT = "student-of-the-filter"
+
+
+def _other_numbers(variants, assignment, notebook):
+    """Another student's numbers that differ from the filter's student's in every entry (the first such of a
+    hundred ids; two students may draw the same task)."""
+    own = variants.numbers(assignment, notebook, STUDENT)
+    for index in range(100):
+        other = variants.numbers(assignment, notebook, f"another-{STUDENT}-{index}")
+        if all(other[key] != own[key] for key in own):
+            break
+    return other
+
+
 def plan(exercises):
-    """The submissions to grade: (assignment id, answer name, {exercise id: code}), each holding one trivial
-    answer of each exercise of a group that does not call another (tests/check.py's exercise_groups), beside
-    the reference answers of the exercises they call."""
-    submissions = []
-    by_assignment = {}
+    """What to grade: (assignment id, group, [(answer name, {exercise id: code})]) per group of the chosen
+    exercises that do not call one another (tests/check.py's exercise_groups): one submission per answer name,
+    holding that trivial answer of each exercise of the group beside the reference answers of the exercises
+    they call."""
+    planned, by_assignment = [], {}
     for exercise in exercises:
         by_assignment.setdefault(ASSIGNMENT_OF[exercise], []).append(exercise)
     for assignment, chosen in by_assignment.items():
         for group in exercise_groups(chosen):
             answers = {exercise: trivial_answers(exercise) for exercise in group}
-            names = list(dict.fromkeys(name for exercise in group for name in answers[exercise]))
-            for name in names:
-                codes = {}
-                for exercise in group:
-                    if name in answers[exercise]:
-                        codes.update(needs(exercise))
-                for exercise in group:
-                    if name in answers[exercise]:
-                        codes[exercise] = answers[exercise][name][1]
-                graded = [exercise for exercise in group if name in answers[exercise]]
-                submissions.append((assignment, name, graded, codes))
-    return submissions
+            called = {}
+            for exercise in group:
+                called.update(needs(exercise))
+            submissions = [(name, {**called, **{exercise: answers[exercise][name][1] for exercise in group}})
+                           for name in [CONTROL, *KINDS]]
+            planned.append((assignment, group, submissions))
+    return planned
 
 
 @dataclass
 class Filtered:
     """What the filter saw: graded[exercise][answer name][test] = [score, max score, feedback's first line];
     flags[exercise]: why an answer could not be judged; crashes[exercise]: a test that raised inside the grader
-    on a trivial answer; seconds: the whole run."""
+    on a trivial answer; seconds: the whole run; costs: [assignment, answer name, seconds] per submission
+    graded in this run (none for a group whose verdicts were kept from an earlier run)."""
     graded: dict = field(default_factory=dict)
     flags: dict = field(default_factory=dict)
     crashes: dict = field(default_factory=dict)
     seconds: float = 0.0
+    costs: list = field(default_factory=list)
+
+    def add(self, other):
+        for exercise, answers in other.graded.items():
+            self.graded.setdefault(exercise, {}).update(answers)
+        for mine, theirs in ((self.flags, other.flags), (self.crashes, other.crashes)):
+            for exercise, found in theirs.items():
+                mine.setdefault(exercise, []).extend(found)
+        self.costs += other.costs
 
 
-def grade(exercises, folder):
-    """A Filtered: every planned submission graded by one warm Grader of the ungated course."""
+@contextlib.contextmanager
+def own_variant_secret():
+    """The filter's own variant secret while it runs: fixed (its verdicts and their keys do not change between
+    runs), outside the repository, and with no record of a class beside it, so that its students are graded on
+    the numbers of their own ids whatever roster the machine's secret records."""
+    from autograder.variants import SECRET_ENV
+    folder = Path(tempfile.gettempdir()) / f"attention-course-value-filter-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / "variant-secret"
+    if not path.exists():
+        temporary = folder / f".variant-secret.{os.getpid()}"
+        temporary.write_text("f1" * 32 + "\n")
+        temporary.chmod(0o600)
+        os.replace(temporary, path)
+    saved = os.environ.get(SECRET_ENV)
+    os.environ[SECRET_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(SECRET_ENV, None)
+        else:
+            os.environ[SECRET_ENV] = saved
+
+
+def grade(exercises, folder, fresh=False):
+    """A Filtered: the verdicts of every planned submission, graded by one warm Grader of the ungated course.
+    A group's verdicts are kept in the grader's cache folder under the hash of everything they follow from
+    (verdict_key), and graded again only when that changes (or with fresh)."""
+    with own_variant_secret():
+        return _grade(exercises, folder, fresh)
+
+
+def _grade(exercises, folder, fresh):
     from autograder.grading import open_grader
+    started, seen, todo = time.monotonic(), Filtered(), []
+    for assignment_id, group, submissions in plan(exercises):
+        key = verdict_key(assignment_id, group, submissions)
+        kept = None if fresh else _kept(key)
+        if kept is None:
+            todo.append((key, assignment_id, group, submissions))
+        else:
+            seen.add(kept)
     course = ungated(COURSE, exercises)
-    submissions = plan(exercises)
-    seen, started = Filtered(), time.monotonic()
     crashes = _Crashes()
 
     def body(grader):
-        for index, (assignment_id, name, chosen, codes) in enumerate(submissions):
-            crashes.answer, crashes.found = name, []
-            target = Path(folder) / f"{index:03d}" / assignment_id
-            try:
-                make_submission(assignment_id, codes, target)
-            except OSError as error:   # an exercise whose notebook is not released yet
-                for exercise in chosen:
-                    seen.flags.setdefault(exercise, []).append(f"its submission could not be made ({error})")
-                continue
-            result = grader.grade_submission(course.assignment(assignment_id), target, "student-of-the-filter",
-                                             exercises=chosen)
-            for suite, crash in crashes.found:
-                seen.crashes.setdefault(SUITE_OF.get(suite, suite), []).append(crash)
-            for notebook in result.notebooks:
-                for exercise in chosen:
-                    seen.flags.setdefault(exercise, []).extend(
-                        [f"the course's rules flagged its generated code ({flag})" for flag in notebook.flags]
-                        + ([f"its submission was not graded ({notebook.reason})"]
-                           if notebook.reason and not crashes.found else []))
-                for test in notebook.tests:
-                    first = (test.output or "").strip().splitlines()[:1]
-                    seen.graded.setdefault(test.exercise, {}).setdefault(name, {})[test.test] = [
-                        test.score, test.max_score, first[0] if first else ""]
-    logging.getLogger("autograder").addHandler(crashes)
-    try:
-        open_grader(course, body, assignments=sorted({ASSIGNMENT_OF[e] for e in exercises}))
-    finally:
-        logging.getLogger("autograder").removeHandler(crashes)
+        for index, (key, assignment_id, group, submissions) in enumerate(todo):
+            part = Filtered()
+            for name, codes in submissions:
+                _grade_one(grader, course.assignment(assignment_id), group, name, codes,
+                           Path(folder) / f"{index}-{name}", part, crashes)
+            _keep(key, part)
+            seen.add(part)
+
+    if todo:
+        logging.getLogger("autograder").addHandler(crashes)
+        try:
+            open_grader(course, body, assignments=sorted({assignment for _, assignment, _, _ in todo}))
+        finally:
+            logging.getLogger("autograder").removeHandler(crashes)
     seen.seconds = time.monotonic() - started
     return seen
+
+
+def _grade_one(grader, assignment, chosen, name, codes, folder, seen, crashes):
+    """Grade one submission, the answer `name` of each chosen exercise, into seen."""
+    crashes.answer, crashes.found = name, []
+    target = folder / assignment.id
+    try:
+        make_submission(assignment.id, codes, target)
+    except OSError as error:   # an exercise whose notebook is not released yet
+        for exercise in chosen:
+            seen.flags.setdefault(exercise, []).append(f"its submission could not be made ({error})")
+        return
+    result = grader.grade_submission(assignment, target, STUDENT, exercises=chosen)
+    seen.costs.append([assignment.id, name, result.seconds])
+    for suite, crash in crashes.found:
+        seen.crashes.setdefault(SUITE_OF.get(suite, suite), []).append(crash)
+    for notebook in result.notebooks:
+        for exercise in chosen:
+            seen.flags.setdefault(exercise, []).extend(
+                [f"the course's rules flagged its generated code ({flag})" for flag in notebook.flags]
+                + ([f"its submission was not graded ({notebook.reason})"] if notebook.reason and not crashes.found
+                   else []))
+        for test in notebook.tests:
+            first = (test.output or "").strip().splitlines()[:1]
+            seen.graded.setdefault(test.exercise, {}).setdefault(name, {})[test.test] = [
+                test.score, test.max_score, first[0] if first else ""]
+
+
+def verdict_key(assignment_id, group, submissions):
+    """The hash of everything a group's verdicts follow from: the grader's code and the course (suites of other
+    exercises aside), the group's suites, the generated submissions, the assignment's notebooks, the numbers of
+    the filter's student, and where kernels run."""
+    from autograder.sandbox.jail import kernel_device
+    from autograder.variants import Variants, has_variants
+    assignment = COURSE.assignment(assignment_id)
+    digest = hashlib.sha256()
+    grader = sorted(path for path in (COURSE.root / "autograder").rglob("*.py")
+                    if not (path.parent.name == "suites" and path.name.startswith("test_")))
+    parts = [*grader, COURSE.root / "course.yml", Path(__file__), *(exercise_of(e).suite for e in group)]
+    parts += [COURSE.source_notebook(assignment, nb) for nb in assignment.notebooks]
+    parts += [COURSE.release_notebook(assignment, nb) for nb in assignment.notebooks]
+    for path in parts:
+        digest.update(str(path.relative_to(COURSE.root)).encode() + b"\0")
+        digest.update(path.read_bytes() if path.exists() else b"(missing)")
+    numbers = Variants(COURSE).handed_out_text(assignment, STUDENT) if has_variants(assignment) else ""
+    digest.update(json.dumps([group, submissions, numbers, kernel_device()]).encode())
+    return digest.hexdigest()
+
+
+def _kept(key):
+    """The Filtered kept under key, or None."""
+    from autograder.files import cache_folder
+    try:
+        return Filtered(**json.loads((cache_folder("value-filter") / f"{key}.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _keep(key, part):
+    from autograder.files import cache_folder, write_atomic
+    with contextlib.suppress(OSError):
+        write_atomic(cache_folder("value-filter") / f"{key}.json", json.dumps(asdict(part)).encode())
 
 
 SUITE_OF = {exercise.suite.name: exercise.id for assignment in COURSE.assignments for exercise in assignment.exercises}
@@ -545,7 +659,7 @@ def findings(exercise_id, seen):
         if score is None or score < full:
             said.append(f"{exercise_id}: the reference through the filter's wrapper does not get full marks on "
                         f"{test} ({why}), so the trivial answers cannot be judged there")
-    missing = sorted({name for name in trivial_answers(exercise_id) for test in value_tests(exercise_id)
+    missing = sorted({name for name in describe(exercise_id) for test in value_tests(exercise_id)
                       if test not in graded.get(name, {})})
     if missing:
         said.append(f"{exercise_id}: the trivial answers {missing} were not graded on every value test")
@@ -562,7 +676,7 @@ def weak(exercise_id, graded):
     points on."""
     found = []
     for test in value_tests(exercise_id):
-        for name, (described, _) in trivial_answers(exercise_id).items():
+        for name, described in describe(exercise_id).items():
             if name != CONTROL:
                 score, full, _ = graded.get(name, {}).get(test, [0.0, 0.0, ""])
                 if score > 0:
@@ -589,22 +703,23 @@ def report(exercises, seen):
     return lines
 
 
-def run(exercises):
+def run(exercises, fresh=False):
     """Grade (in a scratch folder) and return the Filtered."""
     with tempfile.TemporaryDirectory(prefix="value-filter-") as scratch:
-        return grade(exercises, scratch)
+        return grade(exercises, scratch, fresh)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("exercises", nargs="*", help="exercise ids (default: the whole course)")
     parser.add_argument("--json", help="write what was graded here (tests/test_filter.py reads it)")
+    parser.add_argument("--fresh", action="store_true", help="grade every group again, whatever was kept")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.exercises) - set(ASSIGNMENT_OF))
     if unknown:
         parser.error(f"no such exercise: {', '.join(unknown)}")
     exercises = args.exercises or list(ASSIGNMENT_OF)
-    seen = run(exercises)
+    seen = run(exercises, args.fresh)
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(seen)))
     lines = report(exercises, seen)
