@@ -88,7 +88,7 @@ def main():
     statuses = [status for status, _ in answers]
     latencies = sorted(seconds for _, seconds in answers)
     assert len(answers) == args.students and set(statuses) <= {200}, f"answers: {statuses}"
-    lines = ondemand.hidden_lines(course, [args.assignment])
+    lines = ondemand.hidden_lines(load_course(), [args.assignment])
     leaks = [found for text, sent in bodies for found in ondemand.leaked(text, sent, lines)]
     assert not leaks, f"answers hold hidden lines: {leaks[:3]}"
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]

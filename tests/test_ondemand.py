@@ -278,3 +278,28 @@ def test_a_students_kit_carries_their_token_and_check_py(tmp_path, monkeypatch):
     with pytest.raises(tokens.Refused):
         tokens.verify(key, course, handed["token"], "bob")
     assert all((kit / assignment.id / "check.py").is_file() for assignment in chosen)
+
+
+def test_the_record_survives_a_restart_and_keeps_the_hourly_limit(tmp_path):
+    """What a server appended is read back by the next (a line cut short by a crash skipped), and the
+    checks of the last hour still count against the limit."""
+    from datetime import datetime, timedelta, timezone
+    from autograder.ondemand.server import HourlyLimit
+    from autograder.ondemand.tokens import Refused
+    now = datetime.now(timezone.utc)
+    written = ledger.Ledger(tmp_path)
+    for minutes in (90, 30, 20):
+        written.append({"student": "alice", "assignment": "masks", "at": (now - timedelta(minutes=minutes)).isoformat()})
+    written.close()
+    with open(ledger.ledger_path(tmp_path), "a") as handle:
+        handle.write('{"student": "alice", "assign')   # the server killed mid-write
+    again = ledger.Ledger(tmp_path)   # the next server
+    again.append({"student": "bob", "assignment": "masks", "at": now.isoformat()})
+    again.close()
+    assert [entry["at"] for entry in ledger.read(tmp_path)] == [(now - timedelta(minutes=m)).isoformat()
+                                                               for m in (90, 30, 20, 0)]
+    limit, masks = HourlyLimit(ledger.read(tmp_path)), COURSE.assignment("masks")
+    limit.allow("alice", masks, 3, now.timestamp())   # the check of 90 minutes ago no longer counts
+    with pytest.raises(Refused) as refused:
+        limit.allow("alice", masks, 2, now.timestamp())
+    assert refused.value.status == 429 and 30 * 60 - 2 <= refused.value.retry_after <= 30 * 60 + 2

@@ -39,7 +39,10 @@ class Ledger:
     def __init__(self, out):
         self.path = ledger_path(out)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        size = os.fstat(self.fd).st_size
+        if size and os.pread(self.fd, 1, size - 1) != b"\n":
+            os.write(self.fd, b"\n")   # a line cut short by a crash ends here, not in the next one
 
     def append(self, entry):
         os.write(self.fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
