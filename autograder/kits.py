@@ -4,7 +4,8 @@
                           a student README, requirements, self_check.py and a workflow that runs
                           it: no secret, nothing hidden (grading on push is the instructor's, push.py)
     student-kit-<id>/     one student's kit: the same, and their variant.json (variants.py); never
-                          written over the class's
+                          written over the class's; where checks are open, check.py beside the
+                          notebooks and, in a student's kit, their check-server.json (ondemand/)
     autograder.zip        Gradescope's format: setup.sh and run_autograder at the root, the grader
                           and one assignment's hidden suites and reference solutions under source/,
                           and where it has variants the key of that one assignment and the roster of
