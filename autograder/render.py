@@ -291,7 +291,7 @@ def class_report(chosen, submitted, db, table=False):
     flagged = [result for result in graded if result.flags]
     if flagged:
         parts.append("\nFor the instructor (code that reaches into torch internals or the grader's guard scores 0 "
-                     "there; a grader failure tells the student no more):\n"
+                     "there):\n"
                      + "\n".join(f"  {result.student} / {result.assignment}: {result.flags}" for result in flagged))
     if chosen.strays:
         parts.append(f"\nNot graded: {len(chosen.strays)} entr{'y' if len(chosen.strays) == 1 else 'ies'} under "
