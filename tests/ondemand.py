@@ -68,3 +68,32 @@ def leaked(text, sent, lines):
     answer = json.loads(text)
     shown = json.dumps(answer) + answer.get("markdown", "")
     return [line for line in suites if line in shown] + [line for line in solutions if line in shown and line not in sent]
+
+
+def self_signed(folder):
+    """(certificate, key) files of a certificate for 127.0.0.1 signed by its own key, as a course would
+    configure a real one (checks: server: certificate, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "check-server.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "check-server.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                                serialization.PrivateFormat.PKCS8,
+                                                                serialization.NoEncryption()))
+    return folder / "check-server.crt", folder / "check-server.key"

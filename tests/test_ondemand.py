@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -32,24 +33,33 @@ ANSWERS = []   # every response body of the module, scanned at its end
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The check server of a copy of the course (its course.yml; the rest linked), one grading process."""
+    """The check server of a copy of the course (its course.yml; the rest linked), one grading process, over
+    HTTPS with a certificate of its own (the clients trust it alone)."""
     root = tmp_path_factory.mktemp("checked")
+    certificate, key = ondemand.self_signed(root / "tls")
     course_yml = ondemand.course_copy(root, ("masks", "attention_basics", "scaled_attention"),
                                       {"open": True, "until": "2099-01-01T00:00:00Z", "per_hour": PER_HOUR,
-                                       "server": {"max_mb": 1}},
+                                       "server": {"max_mb": 1, "certificate": str(certificate), "key": str(key)}},
                                       {"attention_basics": {"shows": "tests"}, "scaled_attention": {"until": "due"}})
     process, address = ondemand.start(course_yml, root / "out")
     try:
-        yield {"url": address, "root": root, "course": load_course(course_yml), "process": process}
+        assert address.startswith("https://127.0.0.1:")
+        yield {"url": address, "root": root, "course": load_course(course_yml), "process": process,
+               "certificate": certificate}
     finally:
         ondemand.stop(process)
+
+
+def trusting(server):
+    """An SSL context that trusts the test server's certificate and nothing else."""
+    return ssl.create_default_context(cafile=server["certificate"])
 
 
 def post(server, student, notebook, assignment="masks", token=None, content=None):
     token = tokens.issue(server["course"], student) if token is None else token
     body = {"student": student, "assignment": assignment, "notebook": Path(notebook).name,
             "content": Path(notebook).read_text() if content is None else content}
-    response = httpx.post(server["url"] + "/check", json=body, timeout=300,
+    response = httpx.post(server["url"] + "/check", json=body, timeout=300, verify=trusting(server),
                           headers={"Authorization": f"Bearer {token}"} if token else {})
     ANSWERS.append((response.text, body["content"]))
     return response
@@ -138,7 +148,8 @@ def test_malformed_and_oversized_requests_get_one_line(server):
     for body, status, error in ((b"{", 400, "the body is not JSON"),
                                 (json.dumps({"student": "alice"}).encode(), 400, "the request has no assignment (a string)"),
                                 (b"x" * (2 << 20), 413, "the notebook is larger than the 1 MB a check takes")):
-        response = httpx.post(server["url"] + "/check", content=body, headers=headers, timeout=60)
+        response = httpx.post(server["url"] + "/check", content=body, headers=headers, timeout=60,
+                              verify=trusting(server))
         assert response.status_code == status and response.json() == {"error": error}
 
 
@@ -171,7 +182,7 @@ def test_a_hostile_notebook_is_held_in_its_sandbox_and_the_next_check_is_answere
         assert hostile.json()["score"] < hostile.json()["max_score"]
     answered = post(server, "erin", masks_with(tmp_path / "erin"))
     assert answered.status_code == 200 and answered.json()["score"] == 22
-    status = httpx.get(server["url"] + "/status", timeout=10).json()
+    status = httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).json()
     assert status["graders"] == status["ready"] == 1
 
 
@@ -187,7 +198,8 @@ def test_a_grading_process_that_dies_costs_its_check_alone(server, tmp_path):
     answered = []
     first = threading.Thread(target=lambda: answered.append(post(server, "grace", notebook)))
     first.start()
-    while httpx.get(server["url"] + "/status", timeout=10).json()["grading"] == 0 and first.is_alive():
+    while httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).json()["grading"] == 0 \
+            and first.is_alive():
         threading.Event().wait(0.02)
     for pid in grading_processes(server):
         os.kill(pid, signal.SIGKILL)
@@ -207,7 +219,7 @@ def test_the_kits_check_py_posts_the_saved_notebook_and_prints_the_feedback(serv
     kit_file["server"] = server["url"]   # the port this test's server took
     (kit / tokens.KIT_FILE).write_text(json.dumps(kit_file))
     printed = subprocess.run([sys.executable, "check.py", "masks.ipynb"], cwd=kit / "masks", capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=300, env={**os.environ, "SSL_CERT_FILE": str(server["certificate"])})
     assert printed.returncode == 0, printed.stdout + printed.stderr
     assert "# Check: masks" in printed.stdout and "**Score: 22 / 22**" in printed.stdout
 
@@ -303,3 +315,13 @@ def test_the_record_survives_a_restart_and_keeps_the_hourly_limit(tmp_path):
     with pytest.raises(Refused) as refused:
         limit.allow("alice", masks, 2, now.timestamp())
     assert refused.value.status == 429 and 30 * 60 - 2 <= refused.value.retry_after <= 30 * 60 + 2
+
+
+def test_the_server_speaks_tls_with_its_certificate_only(server):
+    """With a certificate in course.yml the server answers HTTPS alone: a client that does not trust the
+    certificate, or that speaks plain HTTP, gets no answer."""
+    assert httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server["url"] + "/status", timeout=10)   # the system's authorities do not know it
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(server["url"].replace("https://", "http://") + "/status", timeout=10)
