@@ -3,7 +3,7 @@
 Kernel benchmarks run such a filter before anything else (robust-kbench): a test whose expected output
 barely varies with its inputs, or that a constant, zeros, a copy of an input or a cached earlier answer
 could pass, measures nothing.  Here every exercise's trivial answers are generated from its reference
-solution (the answer cell of the solution notebook, wrapped; see TRIVIAL and KINDS below) and graded by
+solution (the answer cell of the solution notebook, then a wrapper: HELPERS and KINDS below) and graded by
 the course's own Grader, in one warm grading process for the whole course, each value test on its own:
 the exercises' gates are lifted (a gate that stops a trivial answer hides whether the tests behind it
 would), so each test's verdict is its own.  Every trivial answer must lose every value test's points.
@@ -16,7 +16,7 @@ formats, the ValueError: counted before the gate because they are not about valu
 tests (memory, counted work: the catalogue's gaming answers hold those), and EXEMPT below.
 
 A group's verdicts are kept in the grader's cache folder under the hash of everything they follow from
-(the grader's code, the course, the group's suites, the generated answers, the notebooks): a run grades again
+(the code grading runs, the course, the group's suites, the generated answers, the notebooks): a run grades again
 only what changed, so an instructor's new test is filtered in the next run and an unchanged course costs nothing.
 
     .venv/bin/python -m tests.value_filter [exercise ...] [--json FILE] [--fresh]
@@ -26,6 +26,7 @@ tests/test_filter.py runs it over the whole course (make test); `make check EXER
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -352,14 +353,14 @@ def _reference_objects(exercise_id):
     """name -> object of what the exercise's reference answer cell defines at its top level."""
     import ast
     from autograder.reference import reference_namespace
-    assignment = COURSE.assignment(ASSIGNMENT_OF[exercise_id])
-    notebook = next(nb for nb in assignment.notebooks if any(e.id == exercise_id for e in nb.exercises))
+    assignment, notebook = _notebook_of(exercise_id)
     namespace = reference_namespace(COURSE.source_notebook(assignment, notebook))
     tree = ast.parse(solution_answers(assignment.id)[exercise_id])
     names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
     return {name: namespace[name] for name in names if not name.startswith("_") and name in namespace}
 
 
+@functools.cache
 def answer_kind(exercise_id):
     """"value", "module" or "function", and the names the trivial answers wrap: name -> (kind, its inputs)."""
     import torch
@@ -595,9 +596,7 @@ def verdict_key(assignment_id, group, submissions):
     from autograder.variants import Variants, has_variants
     assignment = COURSE.assignment(assignment_id)
     digest = hashlib.sha256()
-    grader = sorted(path for path in (COURSE.root / "autograder").rglob("*.py")
-                    if not (path.parent.name == "suites" and path.name.startswith("test_")))
-    parts = [*grader, COURSE.root / "course.yml", Path(__file__), *(exercise_of(e).suite for e in group)]
+    parts = [*_grading_code(), COURSE.root / "course.yml", *(exercise_of(e).suite for e in group)]
     parts += [COURSE.source_notebook(assignment, nb) for nb in assignment.notebooks]
     parts += [COURSE.release_notebook(assignment, nb) for nb in assignment.notebooks]
     for path in parts:
@@ -606,6 +605,25 @@ def verdict_key(assignment_id, group, submissions):
     numbers = Variants(COURSE).handed_out_text(assignment, STUDENT) if has_variants(assignment) else ""
     digest.update(json.dumps([group, submissions, numbers, kernel_device()]).encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def _grading_code():
+    """The files whose code grading a submission runs: grading.py and what it imports, the suites' helpers and
+    what they import (grimp's import graph, read from the source), what runs in the sandbox, the suites'
+    pytest.ini, and this filter with the tests' modules it builds submissions with."""
+    import grimp
+    graph = grimp.build_graph("autograder", cache_dir=None)
+    roots = {"autograder.grading", *(name for name in graph.modules if name.startswith("autograder.suites.helpers"))}
+    modules = roots.union(*(graph.find_upstream_modules(name) for name in roots))
+    files = set()
+    for name in modules:
+        path = COURSE.root.joinpath(*name.split("."))
+        files.add(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
+    files |= set((COURSE.root / "autograder" / "sandbox" / "inside").glob("*.py"))
+    files |= {COURSE.root / "autograder" / "suites" / "pytest.ini", Path(__file__),
+              COURSE.root / "tests" / "notebooks.py", COURSE.root / "tests" / "check.py"}
+    return sorted(files)
 
 
 def _kept(key):
