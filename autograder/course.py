@@ -2,7 +2,7 @@
 
 import functools
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
@@ -132,7 +132,18 @@ class Assignment:
     summary: str = ""         # what it teaches, in a line (the README's table of assignments)
     kernels: str = ""         # "triton": its answers are Triton kernels (run by Triton's interpreter without a GPU)
     packages: tuple = ()      # what it needs beyond the course's core, pinned in requirements.txt (e.g. triton)
+    feedback_values: str = "after_due"  # course.yml's feedback: {values: ...}, see FEEDBACK_VALUES
     checks: CheckPolicy = field(default_factory=CheckPolicy)  # course.yml's checks: (the check server's policy)
+
+    def feedback_values_shown(self, now):
+        """Whether feedback graded at `now` (an aware datetime) may show the right values worked out from
+        the student's own numbers (a variant's correct answer): `always`, `never`, or `after_due`, once
+        the due date has passed (an assignment without one never reaches it)."""
+        if now.tzinfo is None:
+            raise ValueError("the time of grading needs a time zone")
+        if self.feedback_values == "after_due":
+            return self.due is not None and now >= self.due
+        return self.feedback_values == "always"
 
     @property
     def exercises(self):
@@ -222,7 +233,29 @@ def parse_due(text, where, what="due"):
     return due
 
 
+def now():
+    """The time of grading, as the feedback policy compares it with a due date."""
+    return datetime.now(timezone.utc)
+
+
 SANDBOX_MODES = ("bwrap", "none")
+# What feedback may show of the right values worked out from the student's own numbers: never, once the
+# due date has passed (the default: before it, one wrong try would hand over the answer), or always.
+FEEDBACK_VALUES = ("never", "after_due", "always")
+
+
+def _feedback(raw, default, where):
+    """course.yml's `feedback: {values: ...}` (the course's, or an assignment's override of it)."""
+    if raw is None:
+        return default
+    if not isinstance(raw, dict) or set(raw) - {"values"}:
+        raise CourseError(f"{where}: feedback takes values (one of {', '.join(FEEDBACK_VALUES)})")
+    values = raw.get("values", default)
+    if values not in FEEDBACK_VALUES:
+        raise CourseError(f"{where}: feedback values must be one of {', '.join(FEEDBACK_VALUES)}, not {values!r}")
+    return values
+
+
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 
 
@@ -356,6 +389,7 @@ def load_course(path=None):
     except (OSError, yaml.YAMLError) as error:
         raise CourseError(f"cannot read {path}: {error}") from None
     default_limits = _limits(Limits(), raw.get("limits") or {}, "limits")
+    feedback_values = _feedback(raw.get("feedback"), "after_due", "feedback")
     checks = _check_policy(raw.get("checks"), CheckPolicy(), "checks")
     assignments = []
     for raw_assignment in raw.get("assignments") or []:
@@ -369,6 +403,7 @@ def load_course(path=None):
             summary=str(raw_assignment.get("summary", "")),
             kernels=_kernels(raw_assignment.get("kernels"), where),
             packages=_packages(raw_assignment.get("packages"), where),
+            feedback_values=_feedback(raw_assignment.get("feedback"), feedback_values, where),
             checks=_check_policy(raw_assignment.get("checks"), checks, where),
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),

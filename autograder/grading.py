@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from autograder import intake, lateness, rules
+from autograder.course import now as time_of_grading
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
@@ -37,11 +38,15 @@ class Grader:
     def __init__(self, course, worker, suites, variants):
         self.course, self.worker, self.suites, self.variants = course, worker, suites, variants
 
-    def grade_submission(self, assignment, folder, student="student", notebooks=None, classmates=(), exercises=()):
+    def grade_submission(self, assignment, folder, student="student", notebooks=None, classmates=(), exercises=(),
+                         now=None):
         """Grade every notebook of an assignment found in `folder` (or the given paths in it), handed
         in by `student` (whose variant is drawn; classmates: the class, whose variants an answer may
-        match); `exercises`: the ids of the only exercises to grade (an author's check), or () for all."""
+        match); `exercises`: the ids of the only exercises to grade (an author's check), or () for all;
+        `now`: the time of grading (an aware datetime; the clock's when None), which decides what the
+        feedback may show (course.yml's feedback policy)."""
         started = time.monotonic()
+        now = now or time_of_grading()
         result = SubmissionResult(student, assignment.id)
         parts = [(notebook, notebook.part(exercises)) for notebook in assignment.notebooks]
         parts = [(notebook, part) for notebook, part in parts if part.exercises or not exercises]
@@ -56,18 +61,20 @@ class Grader:
                 result.notebooks.append(not_graded(part, f"{notebook.filename} was {NOT_SUBMITTED}"))
                 continue
             result.notebooks.append(self.grade_notebook(assignment, notebook, path, folder, student, classmates,
-                                                        exercises))
+                                                        exercises, now))
         result.submitted_at = handed_in.isoformat() if handed_in else ""
         result.seconds_late = lateness.seconds_late(assignment.due, handed_in)
         result.late_penalty = late_penalty(result.score, result.seconds_late, self.course.late_policy)
         result.seconds = time.monotonic() - started
         return result
 
-    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=(), exercises=()):
+    def grade_notebook(self, assignment, notebook, path, folder, student="student", classmates=(), exercises=(),
+                       now=None):
         """exercises: the ids of the only exercises of the notebook to grade, or () for all."""
         part = notebook.part(exercises)
         try:
-            return self._grade_notebook(assignment, notebook, path, folder, student, classmates, part)
+            return self._grade_notebook(assignment, notebook, path, folder, student, classmates, part,
+                                        now or time_of_grading())
         except UnknownStudent as error:   # an id the class's roster does not know: graded on nobody's numbers
             return grader_failed(part, str(error))
         except WorkerError as error:
@@ -77,7 +84,7 @@ class Grader:
             log.exception("internal error while grading %s", path)
             return grader_failed(part, f"{type(error).__name__}: {error} (the traceback is in grader.log)"[:300])
 
-    def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates, part):
+    def _grade_notebook(self, assignment, notebook, path, folder, student_id, classmates, part, now):
         instructor = self.course.release_notebook(assignment, notebook)
         try:
             program = load_program(path, folder, instructor)                          # 1
@@ -104,7 +111,7 @@ class Grader:
             loaded = time.monotonic()
             student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
                               device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
-                              variant=variant, others=others)
+                              variant=variant, others=others, values_shown=assignment.feedback_values_shown(now))
             outcomes = self.suites.run(part.exercises, student, reference)            # 5
             checked = time.monotonic()
         finally:

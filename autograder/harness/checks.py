@@ -1,8 +1,17 @@
 """Comparisons and the messages students see when one fails.
 
 Every hidden test states its property through these helpers.  A failed check raises Feedback,
-whose text says what was observed and the likely cause; it never contains the hidden inputs, the
-expected values or test code.  Anything else a test raises is reported as a grader error.
+whose text says what was observed and the likely cause; it never contains the hidden tensors, the
+expected values or test code.  It may name a call's sizes and small arguments (`causal_mask(1100)`,
+the lengths of a padding mask): what a student needs to reproduce the failure, and nothing they can copy
+into an answer that is a function.  Where the answer is numbers worked out from the student's own
+variant, the right values appear only where the course's feedback policy lets them (`where`).
+Anything else a test raises is reported as a grader error.
+
+A cause (a suite's CAUSES entry) is either a description of what an answer does, a phrase without a
+final full stop ("the scores not divided by sqrt(d_k)"), which the feedback words as "Likely cause: ..."
+or "It matches what ... gives.", or an instruction, a sentence ("Slice the mask to mask[:T, :T]."),
+shown as it is (`likely`, `known_mistake`).
 """
 
 import contextlib
@@ -23,6 +32,14 @@ class Feedback(AssertionError):
         self.observed, self.hint, self.picture = observed, hint, picture
         separator = "\n" if "\n" in observed else " "  # after a traceback, the hint gets its own line
         super().__init__(f"{observed}{separator}{hint}".strip())
+
+    def text(self, said):
+        """What the student sees, where `said` holds the hints already shown in this exercise's feedback:
+        a hint said once is not said again (one cause, one mention), and is added to `said`."""
+        if not self.hint or self.hint not in said:
+            said.add(self.hint)
+            return str(self)
+        return f"{self.observed} (The hint given above applies here too.)"
 
 
 # Tolerances, stated once.  float64 inputs let the grader demand near bit-level agreement with the
@@ -113,6 +130,63 @@ def finite(value, what, hint="", mistakes=None):
         raise Feedback(f"{what} contains {count} NaN or infinite value(s).", known_mistake(value, mistakes) or hint)
 
 
+def is_description(cause):
+    """Whether a cause describes what an answer does (a phrase) rather than says what to do (a sentence)."""
+    return not cause.rstrip().endswith((".", "!", "?"))
+
+
+def likely(cause):
+    """The feedback's sentence for a cause: "Likely cause: <description>." or the instruction as it is."""
+    return f"Likely cause: {cause}." if is_description(cause) else cause
+
+
+def where(shown, gives, value):
+    """The end of a sentence that compares an answer with the right value worked out from the student's
+    own numbers ("The scores are [...]" + this): ", where <gives> <value>" when the course's feedback
+    policy shows values at the time of grading (shown: Student.values_shown), else ", which is not what
+    <gives>": before the due date one wrong try must not hand over the answer."""
+    return f", where {gives} {value}" if shown else f", which is not what {gives}"
+
+
+def _short(value):
+    """A value of an answer as a failure names it: a tensor or array by its type and shape."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{'a tensor' if isinstance(value, torch.Tensor) else 'a NumPy array'} of shape {list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _one(value):
+    """A Python number from any form a notebook's own check takes for one: an int or a float (a NumPy
+    scalar arrives as one), or a numeric array or tensor of one element (0-d or not); None for anything
+    else (a bool is no number)."""
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        value = value.item()
+    elif isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+        value = value.item()
+    return value if type(value) in (int, float) else None
+
+
+def number(value, what, hint="", whole=False):
+    """One number of an answer written as numbers, in every form the notebooks' own checks take (_one):
+    the one rule of the suites for numbers.  whole: it must be a whole number (5 or 5.0), returned as an
+    int; else a finite float.  Anything else fails with `what` and `hint`."""
+    item = _one(value)
+    fine = item is not None and math.isfinite(item) and (not whole or float(item).is_integer())
+    require(fine, f"{what} is {_short(value)}, not {'a whole number' if whole else 'a finite number'}.", hint)
+    return int(item) if whole else float(item)
+
+
+def numbers(value, size, what, hint=""):
+    """`size` numbers, as the notebooks' checks take them (np.array(value, dtype=float) of shape (size,)):
+    a list or tuple of numbers (each as `number` takes it), or a 1-D array or tensor of `size` elements."""
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
+        value = value.tolist()
+    require(isinstance(value, (list, tuple)) and len(value) == size,
+            f"{what} is {_short(value)}, not {size} numbers.", hint)
+    return [number(item, f"{what}[{index}]", hint) for index, item in enumerate(value)]
+
+
 FLOAT32_HINT = ("It agrees with the correct values to about 7 digits only, the precision of float32: "
                 "somewhere the computation runs in float32 (.float(), a float32 constant, np.float32). "
                 "Keep the inputs' dtype throughout.")
@@ -126,7 +200,7 @@ def known_mistake(actual, mistakes):
         mistakes = mistakes()
     for name, value in (mistakes or {}).items():
         if value is not None and is_close(actual, value):
-            return f"It matches what {name} gives."
+            return f"It matches what {name} gives." if is_description(name) else name
     return ""
 
 

@@ -12,8 +12,11 @@ from autograder.sandbox.student import StudentError
 
 
 class Student:
-    def __init__(self, process, from_scratch=(), device=None, variant=None, others=None):
+    def __init__(self, process, from_scratch=(), device=None, variant=None, others=None, values_shown=False):
         self.process = process
+        # whether feedback may show the right values worked out from the student's own numbers (course.yml's
+        # feedback policy at the time of grading); checks.where words a failure either way
+        self.values_shown = values_shown
         self.device = device                   # "cuda": the calls' tensors go to the GPU (kernel assignments)
         self.variant = variant                 # the student's own numbers of this notebook (variants.py), or None
         self._others = others or dict          # makes the others' numbers, when a suite first asks

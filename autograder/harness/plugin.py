@@ -45,10 +45,11 @@ def missing_name(error):
     return ""
 
 
-def student_message(error):
-    """What the student sees for an exception raised while a hidden test ran."""
+def student_message(error, said=None):
+    """What the student sees for an exception raised while a hidden test ran (`said`: the hints already
+    shown in the exercise, see Feedback.text)."""
     if isinstance(error, Feedback):
-        return str(error)
+        return error.text(said) if said is not None else str(error)
     if isinstance(error, StudentTimeout):
         return f"Your code did not finish: {error}."
     if isinstance(error, StudentError):
@@ -73,6 +74,7 @@ class SuiteSession:
         self._student = self._reference = None
         self.outcomes = {}         # (exercise id, test name) -> Outcome, for the current run
         self.internal_errors = []  # tracebacks for the instructor's log, never for students
+        self.said = set()          # the hints shown in the current exercise's feedback: each is said once
 
     @pytest.fixture
     def student(self):
@@ -126,6 +128,7 @@ class SuiteSession:
         plan = [(exercise, self.items.get(exercise.id, [])) for exercise in exercises]
         for position, (exercise, items) in enumerate(plan):
             student.exercise = exercise.id
+            self.said = set()
             # pytest tears down what the next item does not need, so each item is told the item
             # that really runs next: within an exercise, what its gate leaves to run; after it,
             # the next exercise's first item (its gate), which always runs.
@@ -161,7 +164,7 @@ class SuiteSession:
                         f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
                 picture = getattr(error, "picture", None)
                 stub = isinstance(error, StudentError) and error.kind == "NotImplementedError"
-                outcome = Outcome(False, student_message(error), missing_name(error),
+                outcome = Outcome(False, student_message(error, self.said), missing_name(error),
                                   picture.to_dict() if picture is not None else None, internal,
                                   isinstance(error, StudentFailure) and not stub)
             previous = self.outcomes.get(key)

@@ -18,6 +18,7 @@ CAUSES = {
     "other_variant": "These are the numbers of another variant, not yours: work from VARIANT, your copy's "
                      "numbers (the variant.json beside your notebook).",
     "unscaled": "the scores not divided by sqrt(d_k) = sqrt(2)",
+    "divide_by_d_k": "the scores divided by d_k = 2 instead of sqrt(d_k) = sqrt(2)",
     "keys": "the weights applied to the keys: the context is the weighted sum of the values",
     "weights_unscaled": "the weights are the softmax of the scores before the division by sqrt(2): take the softmax "
                         "of the scaled scores",
@@ -31,21 +32,15 @@ def answer(student):
     value = student.value("by_hand")["output"]
     checks.require(isinstance(value, dict) and {"scores", "weights", "context"} <= set(value),
                    f"by_hand is {type(value).__name__}, not a dict with scores, weights and context.", CAUSES["format"])
-    parts = []
-    for name, size in (("scores", 3), ("weights", 3), ("context", 2)):
-        numbers = value[name]
-        if hasattr(numbers, "tolist"):
-            numbers = numbers.tolist()
-        checks.require(isinstance(numbers, (list, tuple)) and len(numbers) == size
-                       and all(isinstance(x, (int, float)) and math.isfinite(x) for x in numbers),
-                       f"by_hand[{name!r}] is {numbers!r}, not {size} numbers.", CAUSES["format"])
-        parts.append([float(x) for x in numbers])
-    return parts
+    return [checks.numbers(value[name], size, f"by_hand[{name!r}]", CAUSES["format"])
+            for name, size in (("scores", 3), ("weights", 3), ("context", 2))]
 
 
 def scores_of(numbers, scale=True):
+    """The scores of the numbers' query: divided by sqrt(d_k) (scale=True), by nothing (False), or by `scale`."""
     q = numbers["query"]
-    return [sum(a * b for a, b in zip(q, key)) / (math.sqrt(len(q)) if scale else 1) for key in numbers["keys"]]
+    divisor = math.sqrt(len(q)) if scale is True else (scale or 1)
+    return [sum(a * b for a, b in zip(q, key)) / divisor for key in numbers["keys"]]
 
 
 def softmax(scores):
@@ -85,13 +80,13 @@ def test_scores(student):
     want = scores_of(student.variant)
     if near(scores, want, SCORES):
         return
-    if near(scores, scores_of(student.variant, scale=False), SCORES):
-        raise checks.Feedback(f"The scores are {shown(scores)}, where your query and keys give {shown(want)}.",
-                              f"Likely cause: {CAUSES['unscaled']}.")
+    observed = f"The scores are {shown(scores)}{checks.where(student.values_shown, 'your query and keys give', shown(want))}."
+    for cause, scale in (("unscaled", False), ("divide_by_d_k", len(student.variant["query"]))):
+        if near(scores, scores_of(student.variant, scale), SCORES):
+            raise checks.Feedback(observed, checks.likely(CAUSES[cause]))
     other = whose_numbers(student, lambda numbers: any(near(scores, scores_of(numbers, scale), SCORES)
                                                        for scale in (True, False)))
-    raise checks.Feedback(f"The scores are {shown(scores)}, where your query and keys give {shown(want)}.",
-                          CAUSES["other_variant"] if other else
+    raise checks.Feedback(observed, CAUSES["other_variant"] if other else
                           "Each score is the dot product of your query with one key, divided by sqrt(2).")
 
 
@@ -99,9 +94,9 @@ def test_weights(student):
     scores, weights, _ = answer(student)
     want = softmax(scores)
     unscaled = near(weights, softmax([s * math.sqrt(2) for s in scores]), WEIGHTS)
-    checks.require(near(weights, want, WEIGHTS), f"The weights are {shown(weights)}, where the softmax of your "
-                   f"scores {shown(scores)} is {shown(want)}.",
-                   f"Likely cause: {CAUSES['weights_unscaled']}." if unscaled else "w_i = exp(s_i) / sum_j exp(s_j).")
+    gives = checks.where(student.values_shown, f"the softmax of your scores {shown(scores)} gives", shown(want))
+    checks.require(near(weights, want, WEIGHTS), f"The weights are {shown(weights)}{gives}.",
+                   checks.likely(CAUSES["weights_unscaled"]) if unscaled else "w_i = exp(s_i) / sum_j exp(s_j).")
 
 
 def test_context(student):
@@ -110,9 +105,8 @@ def test_context(student):
     want = weighted(weights, values)
     if near(context, want, CONTEXT):
         return
+    observed = f"The context is {shown(context)}{checks.where(student.values_shown, 'your weights and values give', shown(want))}."
     if near(context, weighted(weights, student.variant["keys"]), CONTEXT):
-        raise checks.Feedback(f"The context is {shown(context)}, where your weights and values give {shown(want)}.",
-                              f"Likely cause: {CAUSES['keys']}.")
+        raise checks.Feedback(observed, checks.likely(CAUSES["keys"]))
     other = whose_numbers(student, lambda numbers: near(context, weighted(weights, numbers["values"]), CONTEXT))
-    raise checks.Feedback(f"The context is {shown(context)}, where your weights and values give {shown(want)}.",
-                          CAUSES["other_variant"] if other else "The context is sum_i w_i v_i over your three values.")
+    raise checks.Feedback(observed, CAUSES["other_variant"] if other else "The context is sum_i w_i v_i over your three values.")

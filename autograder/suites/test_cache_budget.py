@@ -3,7 +3,8 @@ student's own model (student.variant, drawn again here from the student's id) ca
 
 cache_budget = {"mha": int, "gqa": int, "mla": int}: budget_gib * 2**30 // the bytes of one token's
 cache.  The bytes per token may be the right ones or those of the student's own kv_cache_bytes_per_token
-(a slip there is cache_bytes's to charge, not this exercise's).
+(a slip there is cache_bytes's to charge, not this exercise's).  A slip made in the cell itself (the
+bytes worked out by hand, the budget) is named for each kind it puts wrong.
 """
 
 import torch
@@ -18,6 +19,12 @@ CAUSES = {
                      "model and budget (the variant.json beside your notebook).",
     "gigabytes": "the budget counted in gigabytes (10**9 bytes) instead of GiB (2**30 bytes)",
     "rounded": "the token count rounded up: a token whose cache does not fit whole does not fit (use //)",
+    "one_layer": "the bytes of one layer's cache per token, not of the n_layers layers'",
+    "keys_only": "the keys alone counted per token: the cache holds the values too (2 * heads * d_head per layer)",
+    "group_size": "GQA's cache counted with the group size n_heads // n_kv_heads instead of the n_kv_heads "
+                  "key/value heads",
+    "rope_per_head": "MLA's RoPE key counted once per head: the heads share one d_rope key per token (d_latent + "
+                     "d_rope per layer)",
     "format": 'Give cache_budget = {"mha": int, "gqa": int, "mla": int}: whole numbers of tokens.',
 }
 KINDS = ("mha", "gqa", "mla")
@@ -28,15 +35,7 @@ def answer(student):
     value = student.value("cache_budget")["output"]
     checks.require(isinstance(value, dict) and set(KINDS) <= set(value),
                    f"cache_budget is {type(value).__name__}, not a dict with mha, gqa and mla.", CAUSES["format"])
-    counts = {}
-    for kind in KINDS:
-        tokens = value[kind]
-        if isinstance(tokens, torch.Tensor) and tokens.numel() == 1:
-            tokens = tokens.item()
-        checks.require(type(tokens) is int or (isinstance(tokens, float) and tokens.is_integer()),
-                       f"cache_budget[{kind!r}] is {tokens!r}, not a whole number of tokens.", CAUSES["format"])
-        counts[kind] = int(tokens)
-    return counts
+    return {kind: checks.number(value[kind], f"cache_budget[{kind!r}]", CAUSES["format"], whole=True) for kind in KINDS}
 
 
 def sizes(numbers, kind):
@@ -44,11 +43,20 @@ def sizes(numbers, kind):
             "mla": {"d_latent": numbers["d_latent"], "d_rope": numbers["d_rope"]}}[kind]
 
 
-def per_token(numbers, kind):
-    """The bytes one token adds to the cache of the whole model (the statement's rule)."""
-    per_layer = {"mha": 2 * numbers["n_heads"] * numbers["d_head"], "gqa": 2 * numbers["n_kv_heads"] * numbers["d_head"],
-                 "mla": numbers["d_latent"] + numbers["d_rope"]}[kind]
-    return numbers["n_layers"] * per_layer * SIZE[numbers["dtype"]]
+# The slips of the bytes per token a student can make in the cell, by cause, and the kinds each changes.
+SLIPS = {"one_layer": KINDS, "keys_only": ("mha", "gqa"), "group_size": ("gqa",), "rope_per_head": ("mla",)}
+
+
+def per_token(numbers, kind, slip=None):
+    """The bytes one token adds to the cache of the whole model (the statement's rule), or what a slip
+    of SLIPS makes of them."""
+    heads, d_head = numbers["n_heads"], numbers["d_head"]
+    kv_heads = heads // numbers["n_kv_heads"] if slip == "group_size" else numbers["n_kv_heads"]
+    rope = numbers["d_rope"] * (heads if slip == "rope_per_head" else 1)
+    per_layer = {"mha": 2 * heads * d_head, "gqa": 2 * kv_heads * d_head, "mla": numbers["d_latent"] + rope}[kind]
+    if slip == "keys_only" and kind != "mla":
+        per_layer //= 2
+    return (1 if slip == "one_layer" else numbers["n_layers"]) * per_layer * SIZE[numbers["dtype"]]
 
 
 def students_per_token(student, numbers, kind):
@@ -80,6 +88,19 @@ def agrees(counts, accepted):
     return all(counts[kind] in accepted[kind] for kind in KINDS)
 
 
+def cause_of(numbers, kind, tokens, rights):
+    """The cause of SLIPS, or of the budget (gigabytes, rounded up), that gives `tokens` for `kind`, where
+    `rights` are the bytes per token accepted; None when none does."""
+    for cause, how in (("gigabytes", dict(gib=10**9)), ("rounded", dict(rounded=True))):
+        if any(tokens == fitting(numbers, right, **how) for right in rights):
+            return cause
+    for cause, kinds in SLIPS.items():
+        slipped = per_token(numbers, kind, cause)
+        if kind in kinds and slipped != per_token(numbers, kind) and tokens == fitting(numbers, slipped):
+            return cause
+    return None
+
+
 def test_counts_tokens(student):
     """The gate: positive token counts, more of them where the keys and values are shared (GQA).  (MLA is
     left out: a slip in kv_cache_bytes_per_token's MLA is that exercise's to charge.)"""
@@ -96,14 +117,16 @@ def test_answer_format(student):
 def test_tokens_that_fit(student):
     counts = answer(student)
     numbers = student.variant
-    if agrees(counts, counts_for(student, numbers)):
+    rights = {kind: {per_token(numbers, kind), students_per_token(student, numbers, kind)} - {None} for kind in KINDS}
+    wrong = [kind for kind in KINDS if counts[kind] not in {fitting(numbers, right) for right in rights[kind]}]
+    if not wrong:
         return
     want = {kind: fitting(numbers, per_token(numbers, kind)) for kind in KINDS}
-    observed = f"cache_budget is {counts}, where your model and budget give {want}."
-    if agrees(counts, counts_for(student, numbers, gib=10**9)):
-        raise checks.Feedback(observed, f"Likely cause: {CAUSES['gigabytes']}.")
-    if agrees(counts, counts_for(student, numbers, rounded=True)):
-        raise checks.Feedback(observed, f"Likely cause: {CAUSES['rounded']}.")
+    gives = checks.where(student.values_shown, "your model and budget give", want)
+    observed = f"cache_budget is {counts} ({', '.join(wrong)} wrong){gives}."
+    causes = dict.fromkeys(cause_of(numbers, kind, counts[kind], rights[kind]) for kind in wrong)
+    if None not in causes:
+        raise checks.Feedback(observed, " ".join(checks.likely(CAUSES[cause]) for cause in causes))
     other = whose_numbers(student, lambda others: any(agrees(counts, counts_for(student, others, theirs=False, gib=gib))
                                                       for gib in (2**30, 10**9)))
     raise checks.Feedback(observed, CAUSES["other_variant"] if other else

@@ -30,12 +30,8 @@ def answer(student):
     checks.require(isinstance(value, dict) and {"first_predictable", "loss_floor"} <= set(value),
                    f"pattern_floor is {type(value).__name__}, not a dict with first_predictable and loss_floor.",
                    CAUSES["format"])
-    first, floor = value["first_predictable"], value["loss_floor"]
-    checks.require(type(first) is int or (isinstance(first, float) and first.is_integer()),
-                   f"pattern_floor['first_predictable'] is {first!r}, not a position.", CAUSES["format"])
-    checks.require(isinstance(floor, (int, float)) and math.isfinite(floor),
-                   f"pattern_floor['loss_floor'] is {floor!r}, not a number.", CAUSES["format"])
-    return int(first), float(floor)
+    return (checks.number(value["first_predictable"], "pattern_floor['first_predictable']", CAUSES["format"], whole=True),
+            checks.number(value["loss_floor"], "pattern_floor['loss_floor']", CAUSES["format"]))
 
 
 def floor_of(numbers, first=None, log=math.log):
@@ -66,9 +62,9 @@ def test_first_predictable(student):
     want = student.variant["period"] - 1
     if first == want:
         return
-    observed = f"first_predictable is {first}, where your task gives {want}."
+    observed = f"first_predictable is {first}{checks.where(student.values_shown, 'your task gives', want)}."
     if first == student.variant["period"]:
-        raise checks.Feedback(observed, f"Likely cause: {CAUSES['period']}.")
+        raise checks.Feedback(observed, checks.likely(CAUSES["period"]))
     other = whose_numbers(student, lambda numbers: first == numbers["period"] - 1
                           and close(floor, floor_of(numbers)))
     raise checks.Feedback(observed, CAUSES["other_variant"] if other else
@@ -81,11 +77,16 @@ def test_loss_floor(student):
     if close(floor, floor_of(numbers, first)) or close(floor, floor_of(numbers)):
         return
     want = floor_of(numbers, first)
-    observed = f"loss_floor is {floor:.4f}, where your task and your first_predictable give {want:.4f}."
-    if any(close(floor, floor_of(numbers, f, math.log2)) for f in (first, numbers["period"] - 1)):
-        raise checks.Feedback(observed, f"Likely cause: {CAUSES['log2']}.")
-    if close(floor, (numbers["seq_len"] - first) / numbers["seq_len"] * math.log(numbers["vocab"])):
-        raise checks.Feedback(observed, f"Likely cause: {CAUSES['predictable_counted']}.")
+    gives = checks.where(student.values_shown, "your task and your first_predictable give", f"{want:.4f}")
+    observed = f"loss_floor is {floor:.4f}{gives}."
+    firsts = (first, numbers["period"] - 1)
+    slips = {"log2": [floor_of(numbers, f, math.log2) for f in firsts],
+             "predictable_counted": [(numbers["seq_len"] - f) / numbers["seq_len"] * math.log(numbers["vocab"])
+                                     for f in firsts],
+             "period": [floor_of(numbers, numbers["period"])]}
+    for cause, values in slips.items():
+        if any(close(floor, value) for value in values):
+            raise checks.Feedback(observed, checks.likely(CAUSES[cause]))
     other = whose_numbers(student, lambda others: close(floor, floor_of(others)) or close(floor, floor_of(others, first)))
     raise checks.Feedback(observed, CAUSES["other_variant"] if other else
                           "Each position before first_predictable costs ln(vocab); average over all seq_len positions.")

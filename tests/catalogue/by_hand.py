@@ -16,6 +16,8 @@ changed = partial(edited, SOLUTION)
 MISTAKES = [
     Mistake("scores not divided by sqrt(d_k)", "unscaled", fails=("scores",),
             code=changed("s = K @ q / np.sqrt(2)", "s = K @ q")),
+    Mistake("scores divided by d_k, not its square root", "divide_by_d_k", fails=("scores",),
+            code=changed("s = K @ q / np.sqrt(2)", "s = K @ q / 2")),
     Mistake("weights of the unscaled scores", "weights_unscaled", fails=("weights",),
             code=changed("w = softmax(s)", "w = softmax(K @ q)")),
     Mistake("the context from the keys", "keys", fails=("context",),
@@ -26,6 +28,12 @@ MISTAKES = [
 
 
 ALTERNATIVES = [
+    # Every form of a number the notebook's own check takes (np.array(..., dtype=float) of shape (3,)).
+    Alternative("arrays, and a list of 0-d arrays", '''q, K, V = (np.array(VARIANT[name], dtype=float) for name in ("query", "keys", "values"))
+s = K @ q / math.sqrt(2)
+w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+by_hand = {"scores": s, "weights": [np.array(x) for x in w], "context": w @ V}
+'''),
     Alternative("two decimals, worked out in plain Python", '''import math
 query, keys, values = VARIANT["query"], VARIANT["keys"], VARIANT["values"]
 scores = [(query[0] * k[0] + query[1] * k[1]) / math.sqrt(2) for k in keys]

@@ -12,7 +12,28 @@ SOLUTION = solution_answers("latent_attention")["cache_budget"]
 changed = partial(edited, SOLUTION)
 
 
+# The bytes per token worked out in the cell itself (not through kv_cache_bytes_per_token), as the
+# alternative below does, with one slip each.
+BY_HAND = '''n, h, d = VARIANT["n_layers"], VARIANT["n_heads"], VARIANT["d_head"]
+size = {"bfloat16": 2, "float16": 2, "float32": 4}[VARIANT["dtype"]]
+budget = VARIANT["budget_gib"] * 2**30
+per_token = {"mha": n * 2 * h * d * size, "gqa": n * 2 * VARIANT["n_kv_heads"] * d * size,
+             "mla": n * (VARIANT["d_latent"] + VARIANT["d_rope"]) * size}
+cache_budget = {kind: budget // bytes_ for kind, bytes_ in per_token.items()}
+'''
+by_hand = partial(edited, BY_HAND)
+
+
 MISTAKES = [
+    Mistake("one layer's cache per token", "one_layer", fails=("tokens_that_fit",),
+            code=by_hand('per_token = {"mha": n * 2', 'per_token = {"mha": 2', '"gqa": n * 2', '"gqa": 2',
+                         '"mla": n * (', '"mla": (')),
+    Mistake("the keys alone counted", "keys_only", fails=("tokens_that_fit",),
+            code=by_hand('"mha": n * 2 * h', '"mha": n * h', '"gqa": n * 2 * VARIANT', '"gqa": n * VARIANT')),
+    Mistake("GQA with the group size for its key/value heads", "group_size", fails=("tokens_that_fit",),
+            code=by_hand('VARIANT["n_kv_heads"] * d', '(h // VARIANT["n_kv_heads"]) * d')),
+    Mistake("MLA's RoPE key counted per head", "rope_per_head", fails=("tokens_that_fit",),
+            code=by_hand('VARIANT["d_latent"] + VARIANT["d_rope"]', 'VARIANT["d_latent"] + h * VARIANT["d_rope"]')),
     Mistake("gigabytes, not GiB", "gigabytes", fails=("tokens_that_fit",),
             code=changed('VARIANT["budget_gib"] * 2**30', 'VARIANT["budget_gib"] * 10**9')),
     Mistake("a token that does not fit whole counted", "rounded", fails=("tokens_that_fit",),

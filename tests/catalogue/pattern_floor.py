@@ -20,12 +20,23 @@ MISTAKES = [
     Mistake("the predictable positions charged instead", "predictable_counted", fails=("loss_floor",),
             code=changed('"loss_floor": first / VARIANT["seq_len"]',
                          '"loss_floor": (VARIANT["seq_len"] - first) / VARIANT["seq_len"]')),
+    Mistake("the floor from the period, first_predictable right", "period", fails=("loss_floor",),
+            code=changed('"loss_floor": first / VARIANT["seq_len"]', '"loss_floor": VARIANT["period"] / VARIANT["seq_len"]')),
     Mistake("the released notebook's task (no variant.json)", "other_variant", fails=("first_predictable", "loss_floor"),
             code=SOLUTION.replace("VARIANT[", "DEFAULT_VARIANT[")),
 ]
 
 
 ALTERNATIVES = [
+    # Every form of a number the notebook's own check takes (0 < floor < ln(vocab), math.isclose): a 0-d tensor.
+    Alternative("the floor as a 0-d tensor", '''first = VARIANT["period"] - 1
+floor = torch.tensor(first / VARIANT["seq_len"]) * torch.log(torch.tensor(float(VARIANT["vocab"])))
+pattern_floor = {"first_predictable": first, "loss_floor": floor}
+'''),
+    Alternative("the floor as a one-element tensor", '''first = VARIANT["period"] - 1
+pattern_floor = {"first_predictable": first,
+                 "loss_floor": torch.tensor([first * math.log(VARIANT["vocab"]) / VARIANT["seq_len"]])}
+'''),
     Alternative("the floor from a sum over positions", '''period, vocab, length = VARIANT["period"], VARIANT["vocab"], VARIANT["seq_len"]
 costs = [math.log(vocab) if t < period - 1 else 0.0 for t in range(length)]
 pattern_floor = {"first_predictable": float(period - 1), "loss_floor": sum(costs) / len(costs)}

@@ -1,0 +1,147 @@
+"""What feedback says: under course.yml's feedback policy, before the due date (the default, `after_due`),
+no feedback of a variant exercise holds a right value a student could copy into the answer; a hint is
+said once per exercise.
+
+The catalogue's wrong answers of every variant exercise are worked out on the trusted side (their code
+run in the solution notebook's namespace with a drawn variant, as a student's notebook runs it), and each
+hidden test of the exercise is run on them with the policy of a time before the assignment's due date.
+Every right value worked out from the student's numbers, as the feedback would print it, must be absent
+from the feedback, unless the student's own answer or numbers hold it (then it is theirs, not handed over).
+"""
+
+import functools
+import importlib
+import math
+import random
+import re
+from datetime import timedelta
+
+import pytest
+
+from autograder.harness.checks import Feedback
+from autograder.reference import reference_namespace
+from autograder.variants import DEFAULTS
+from tests.catalogue import MISTAKES
+from tests.notebooks import COURSE, solution_answers
+
+VARIANT_EXERCISES = [(assignment, exercise) for assignment in COURSE.assignments for exercise in assignment.exercises
+                     if exercise.variant]
+
+
+class Answered:
+    """The student as a variant suite sees them (harness/context.py's Student): the value of the answer's
+    name, their numbers, the released notebook's, and the policy's verdict."""
+
+    def __init__(self, namespace, variant, released, values_shown):
+        self.namespace, self.variant, self.values_shown = namespace, variant, values_shown
+        self.others, self.flags, self.exercise = {DEFAULTS: released}, [], None
+
+    def value(self, name):
+        return {"output": self.namespace[name]}
+
+    def call(self, name, *args, **kwargs):
+        return {"output": self.namespace[name](*args, **kwargs)}
+
+
+def solution(assignment):
+    return _solution(assignment.id)
+
+
+@functools.cache
+def _solution(assignment_id):
+    assignment = COURSE.assignment(assignment_id)
+    notebook, = [notebook for notebook in assignment.notebooks if any(e.variant for e in notebook.exercises)]
+    return reference_namespace(COURSE.source_notebook(assignment, notebook))
+
+
+def printed(value):
+    """The ways a feedback line prints a number of an answer: whole numbers as they are (and with thousands
+    separators), others to 2, 3 and 4 decimals."""
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return {str(int(value)), f"{int(value):,}"}
+    return {f"{value:.2f}", f"{value:.3f}", f"{value:.4f}"}
+
+
+def flat(value):
+    """Every number in a value (dicts, lists, arrays, tensors), as Python numbers."""
+    if isinstance(value, dict):
+        return [x for item in value.values() for x in flat(item)]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in flat(item)]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def feedback_of(suite, exercise, student):
+    said = []
+    for test in exercise.tests:
+        try:
+            getattr(suite, test)(student)
+        except Feedback as feedback:
+            said.append(str(feedback))
+    return "\n".join(said)
+
+
+@pytest.mark.parametrize("assignment,exercise", VARIANT_EXERCISES, ids=[e.id for _, e in VARIANT_EXERCISES])
+def test_no_feedback_before_the_due_date_holds_a_right_value(assignment, exercise):
+    before_due = assignment.due - timedelta(days=1)
+    assert assignment.feedback_values == "after_due" and not assignment.feedback_values_shown(before_due)
+    suite = importlib.import_module(f"autograder.suites.{exercise.suite.stem}")
+    base = solution(assignment)
+    mistakes = [mistake for mistake in MISTAKES if mistake.exercise == exercise.id]
+    assert mistakes, f"{exercise.id} has no catalogued mistakes to scan"
+    scanned = 0
+    for seed in range(4):
+        variant = base["make_variant"](random.Random(seed))
+        for mistake in mistakes:
+            namespace = {**base, "VARIANT": variant}
+            if "CACHE_DTYPE" in base:   # the locked cell's dtype follows the variant, as in the student's notebook
+                namespace["CACHE_DTYPE"] = getattr(base["torch"], variant["dtype"])
+            exec(mistake.code, namespace)
+            student = Answered(namespace, variant, base["DEFAULT_VARIANT"], assignment.feedback_values_shown(before_due))
+            text = feedback_of(suite, exercise, student)
+            theirs = {form for x in flat(namespace[exercise.id]) + flat(variant) for form in printed(x)}
+            right = {form for x in right_values_of(exercise, assignment, namespace) for form in printed(x)}
+            handed = sorted(form for form in right - theirs if re.search(rf"(?<![\d.]){re.escape(form)}(?!\d|\.\d)", text))
+            assert not handed, f"{exercise.id}, {mistake.name!r} (seed {seed}): the feedback holds {handed}:\n{text}"
+            scanned += bool(text)
+    assert scanned, "no wrong answer got any feedback"
+
+
+def right_values_of(exercise, assignment, namespace):
+    """The reference answer's numbers for the same variant (the solution's cell run in `namespace`)."""
+    right = dict(namespace)
+    exec(solution_answers(assignment.id)[exercise.id], right)
+    values = flat(right[exercise.id])
+    return [x for x in values if not (isinstance(x, float) and math.isnan(x))]
+
+
+def test_the_same_answers_show_their_values_once_the_policy_allows():
+    """The scan above can fail: with values shown, the feedback of a wrong by_hand holds the right scores."""
+    assignment, exercise = next((a, e) for a, e in VARIANT_EXERCISES if e.id == "by_hand")
+    suite = importlib.import_module(f"autograder.suites.{exercise.suite.stem}")
+    base = solution(assignment)
+    variant = base["make_variant"](random.Random(0))
+    mistake = next(m for m in MISTAKES if m.exercise == "by_hand" and m.cause == "unscaled")
+    namespace = {**base, "VARIANT": variant}
+    exec(mistake.code, namespace)
+    after_due = assignment.due + timedelta(days=1)
+    assert assignment.feedback_values_shown(after_due)
+    text = feedback_of(suite, exercise, Answered(namespace, variant, base["DEFAULT_VARIANT"], True))
+    scores = right_values_of(exercise, assignment, namespace)[:3]
+    assert all(f"{x:.3f}" in text for x in scores), text
+
+
+def test_a_hint_is_said_once_per_exercise():
+    """One cause, one mention: the second test of an exercise that fails with the same hint says what it saw
+    and points above (plugin.SuiteSession.run starts each exercise with nothing said)."""
+    from autograder.harness.plugin import student_message
+    said = set()
+    first = Feedback("The weights: rows sum to 0.09 to 0.27.", "Likely cause: your softmax's axis.")
+    second = Feedback("The output: 80% of the entries differ.", "Likely cause: your softmax's axis.")
+    other = Feedback("The output for large scores is NaN.", "Subtract the maximum.")
+    assert student_message(first, said) == str(first)
+    assert student_message(second, said) == "The output: 80% of the entries differ. (The hint given above applies here too.)"
+    assert student_message(other, said) == str(other)
+    assert student_message(second) == str(second)   # outside an exercise's run: the whole text
