@@ -195,7 +195,7 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
 def done(layout, task):
     """Whether the task's stored record stands: graded as the task is now, and not a grader fault."""
     record = layout.read_record(task.student, task.assignment)
-    return record is not None and record.get("fingerprint") == task.fingerprint and not from_record(record).faulted
+    return record is not None and record.get("fingerprint") == task.fingerprint and not faulted(layout, task)
 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
@@ -363,9 +363,12 @@ def effective_jobs(jobs, pending):
 
 
 def faulted(layout, task):
-    """Whether the task's stored record is a grader fault."""
+    """Whether the task's stored record is a grader fault (a record that cannot be read counts as one)."""
     record = layout.read_record(task.student, task.assignment)
-    return record is not None and from_record(record).faulted
+    try:
+        return record is not None and from_record(record).faulted
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return True
 
 
 def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):

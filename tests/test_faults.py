@@ -169,12 +169,10 @@ def kill_sandboxes(process, log):
     killed = []
 
     def sandboxes():
-        try:
-            tops = psutil.Process(process.pid).children(recursive=True)
+        try:   # the run's children that start a sandbox (each in a process group of its own)
+            return [top for top in psutil.Process(process.pid).children() if top.name() in ("bwrap", "setpriv", "unshare")]
         except psutil.Error:
             return []
-        return [top for top in tops if top.name() in ("bwrap", "setpriv", "unshare")
-                and top.ppid() not in {other.pid for other in tops}]
 
     def busy(top):
         try:
@@ -237,6 +235,18 @@ def run_processes(process):
         return []
 
 
+def runs_a_submission(processes):
+    """Whether a warm worker (a python under bwrap) among `processes` has a submission's child."""
+    for proc in processes:
+        try:
+            if proc.name().startswith("python") and proc.parent().name() == "bwrap" and \
+                    any(child.name().startswith("python") for child in proc.children()):
+                return True
+        except psutil.Error:   # gone meanwhile
+            continue
+    return False
+
+
 @pytest.mark.parametrize("moment", ["first record saved", "first submission in flight"])
 def test_grade_class_killed_then_run_again_equals_a_clean_run(tmp_path, clean, moment):
     """SIGKILL of grade-class (its grading processes forked, sandboxes under way): nothing of it stays
@@ -251,9 +261,7 @@ def test_grade_class_killed_then_run_again_equals_a_clean_run(tmp_path, clean, m
         spawned = run_processes(process)
         seen |= set(spawned)
         saved = list(saved_at.glob("*/masks/grade.json"))
-        workers = [proc for proc in spawned if proc.name().startswith("python") and proc.parent().name() == "bwrap"]
-        if saved if moment == "first record saved" else any(child.name().startswith("python") for proc in workers
-                                                           for child in proc.children()):
+        if saved if moment == "first record saved" else runs_a_submission(spawned):
             break
         time.sleep(0.02)
     seen |= set(run_processes(process))
