@@ -103,3 +103,68 @@ def test_every_package_an_assignment_adds_is_pinned_in_requirements():
     extra = sorted({name for assignment in COURSE.assignments for name in assignment.packages})
     assert extra == ["triton"]
     assert pinned(COURSE, extra) == ['triton==3.9.0; sys_platform == "linux"']
+
+
+def course_saying(folder, feedback=None, overrides=None):
+    """A copy of course.yml with its feedback policy replaced (None: no feedback key) and, per assignment
+    id, an override of its own."""
+    import yaml
+    from autograder.course import load_course
+    raw = yaml.safe_load(COURSE.path.read_text())
+    raw.pop("feedback", None)
+    if feedback is not None:
+        raw["feedback"] = feedback
+    for assignment in raw["assignments"]:
+        if assignment["id"] in (overrides or {}):
+            assignment["feedback"] = overrides[assignment["id"]]
+    path = folder / "course.yml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_course(path)
+
+
+def test_feedback_shows_values_after_the_due_date_by_default_and_as_an_assignment_says(tmp_path):
+    from datetime import timedelta
+    course = course_saying(tmp_path, None, {"masks": {"values": "always"}, "multi_head": {"values": "never"}})
+    basics, masks, heads = (course.assignment(name) for name in ("attention_basics", "masks", "multi_head"))
+    for assignment in (basics, masks, heads):
+        before, after = assignment.due - timedelta(seconds=1), assignment.due + timedelta(seconds=1)
+        shown = {"after_due": (False, True), "always": (True, True), "never": (False, False)}[assignment.feedback_values]
+        assert (assignment.feedback_values_shown(before), assignment.feedback_values_shown(after)) == shown
+    assert basics.feedback_values == "after_due" and masks.feedback_values == "always"
+    assert COURSE.assignment("masks").feedback_values == "after_due"   # the course's own setting
+    with pytest.raises(ValueError, match="time zone"):
+        basics.feedback_values_shown(basics.due.replace(tzinfo=None))
+
+
+@pytest.mark.parametrize("feedback, error", [({"values": "sometimes"}, "feedback values must be one of never, after_due, "
+                                                                       "always, not 'sometimes'"),
+                                             ({"show": "always"}, "feedback takes values"), ("always", "feedback takes values")])
+def test_a_feedback_policy_course_yml_cannot_mean_is_refused_with_one_line(tmp_path, feedback, error):
+    import re
+    from autograder.course import CourseError
+    with pytest.raises(CourseError, match=re.escape(error)):
+        course_saying(tmp_path, feedback)
+
+
+def causes_put_in_a_description_slot(path):
+    """The CAUSES keys a suite words as a description: literal keywords of named(CAUSES, ...) (its feedback
+    says "It matches what <cause> gives.") and causes written after "Likely cause: "."""
+    import re
+    tree, keys = ast.parse(path.read_text()), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "named" \
+                and node.args and getattr(node.args[0], "id", "") == "CAUSES":
+            keys |= {keyword.arg for keyword in node.keywords if keyword.arg}
+    keys |= set(re.findall(r"Likely cause: \{CAUSES\[['\"](\w+)['\"]\]", path.read_text()))
+    return keys
+
+
+@pytest.mark.parametrize("exercise", [e for a in COURSE.assignments for e in a.exercises], ids=lambda e: e.id)
+def test_every_cause_worded_as_a_description_is_one(exercise):
+    """A cause the feedback words as "It matches what ... gives." or "Likely cause: ...." describes what the
+    answer does (a phrase, no full stop); an instruction there read "It matches what For float16 ... gives."."""
+    import importlib
+    from autograder.harness.checks import is_description
+    causes = importlib.import_module(f"autograder.suites.{exercise.suite.stem}").CAUSES
+    wrong = {key: causes[key] for key in causes_put_in_a_description_slot(exercise.suite) if not is_description(causes[key])}
+    assert not wrong, f"{exercise.id}: causes worded as descriptions that are instructions: {wrong}"
