@@ -1,10 +1,16 @@
-"""Hidden tests for the NumPy attention(Q, K, V) -> (output, weights)."""
+"""Hidden tests for the NumPy attention(Q, K, V) -> (output, weights).
+
+attention calls the notebook's softmax, an exercise of its own: where the student's softmax is wrong,
+an answer is also accepted against attention built on that softmax (the grader's scores, the student's
+softmax of them over the keys, the grader's product), so a softmax slip costs softmax's points alone."""
 
 import math
 
+import numpy as np
 import torch
 
 from autograder.harness import checks, substance
+from autograder.sandbox.student import StudentError
 from autograder.suites.helpers.common import (B, D_V, H, SK, SQ, attention, crash_hint, named, pick, qkv,
                                               torch_attention, torch_weights)
 
@@ -50,6 +56,27 @@ def expected(Q, K, V):
     return torch_attention(q, k, v).numpy(), torch_weights(q, k).numpy()
 
 
+def on_your_softmax(student, Q, K, V):
+    """(output, weights) of attention built on the student's own softmax, or None where it raises or gives
+    no array of the scores' shape."""
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    try:
+        weights = student.call("softmax", scores, axis=-1)["output"]
+    except StudentError:
+        return None
+    if not isinstance(weights, np.ndarray) or weights.shape != scores.shape:
+        return None
+    return weights @ V, weights
+
+
+def follows_your_softmax(student, answer, Q, K, V):
+    """Whether a wrong (output, weights) is attention built on the student's softmax (then the slip is
+    softmax's, charged by its own tests)."""
+    yours = on_your_softmax(student, Q, K, V)
+    return yours is not None and all(checks.is_close(checks.as_tensor(mine), checks.as_tensor(theirs))
+                                     for mine, theirs in zip(answer, yours))
+
+
 def test_computes_attention(student):
     """The gate, on one sequence."""
     def call(q, k, v):
@@ -74,8 +101,11 @@ def test_shapes_with_batch_dimensions(student):
 
 
 def test_weights_rows_sum_to_one(student):
-    _, weights = numpy_attention(student, *inputs(seed=1))
+    output, weights = numpy_attention(student, *inputs(seed=1))
     checks.shape(weights, (SQ, SK), "The weights")
+    sums = np.asarray(weights, dtype=np.float64).sum(-1)
+    if not np.allclose(sums, 1, atol=1e-4) and follows_your_softmax(student, (output, weights), *inputs(seed=1)):
+        return
     checks.rows_sum_to_one(weights, "The weights", mistakes=pick(named_mistakes(*inputs(seed=1)), 1))
 
 
@@ -83,6 +113,10 @@ def test_matches_torch_attention(student):
     Q, K, V = inputs(seed=2)
     output, weights = numpy_attention(student, Q, K, V)
     want_output, want_weights = expected(Q, K, V)
+    if not (checks.is_close(checks.as_tensor(weights), torch.from_numpy(want_weights))
+            and checks.is_close(checks.as_tensor(output), torch.from_numpy(want_output))) and \
+            follows_your_softmax(student, (output, weights), Q, K, V):
+        return
     mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights", "weights = softmax(Q K^T / sqrt(d_k)) over the keys.",
                  pick(mistakes, 1))
@@ -93,6 +127,10 @@ def test_matches_torch_with_batch_dimensions(student):
     Q, K, V = inputs((B, H), seed=3)
     output, weights = numpy_attention(student, Q, K, V)
     want_output, want_weights = expected(Q, K, V)
+    if not (checks.is_close(checks.as_tensor(weights), torch.from_numpy(want_weights))
+            and checks.is_close(checks.as_tensor(output), torch.from_numpy(want_output))) and \
+            follows_your_softmax(student, (output, weights), Q, K, V):
+        return
     mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", pick(mistakes, 1))
     checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", pick(mistakes, 0))
@@ -101,6 +139,9 @@ def test_matches_torch_with_batch_dimensions(student):
 def test_survives_large_scores(student):
     Q, K, V = inputs(scale=1000.0, seed=4)
     output, weights = numpy_attention(student, Q, K, V)
+    if not checks.is_close(checks.as_tensor(output), torch.from_numpy(expected(Q, K, V)[0])) and \
+            follows_your_softmax(student, (output, weights), Q, K, V):
+        return
     checks.finite(weights, "The weights for large scores", CAUSES["unstable"])
     checks.close(output, expected(Q, K, V)[0], "The output for large scores", "",
                  pick(named_mistakes(Q, K, V), 0))

@@ -42,6 +42,25 @@ MISTAKES = [
 
 
 ALTERNATIVES = [
+    # A slip of softmax, an exercise of its own, is charged there alone: attention built on the student's
+    # softmax is right here (the suite accepts it against that softmax).
+    Alternative("a right attention on an unstable softmax (softmax's own slip)", '''def softmax(x, axis=-1):
+    return np.exp(x) / np.sum(np.exp(x), axis=axis, keepdims=True)
+
+
+def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]), axis=-1)
+    return weights @ V, weights
+'''),
+    Alternative("a right attention on a softmax that ignores its axis (softmax's own slip)", '''def softmax(x, axis=-1):
+    exps = np.exp(x - x.max(axis=0, keepdims=True))
+    return exps / exps.sum(axis=0, keepdims=True)
+
+
+def attention(Q, K, V):
+    weights = softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]), axis=-1)
+    return weights @ V, weights
+'''),
     Alternative("einsum", '''def attention(Q, K, V):
     scores = np.einsum("...qd,...kd->...qk", Q, K) / np.sqrt(Q.shape[-1])
     weights = softmax(scores, axis=-1)
