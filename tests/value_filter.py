@@ -123,10 +123,6 @@ KNOWN_WEAK = {
     ("by_hand", "test_weights"): "each step is checked against the student's previous one, so the weights of a "
                                  "consistent answer on other numbers (the released example's, a classmate's) pass; "
                                  "only test_scores looks at the student's own numbers",
-    ("by_hand", "test_context"): "the context is checked against the student's own weights, so weights and context "
-                                 "of zeros pass",
-    ("pattern_floor", "test_loss_floor"): "loss_floor is checked against the student's own first_predictable, so "
-                                          "first_predictable = 0 and loss_floor = 0 pass",
 }
 
 # What each trivial answer is, by what the exercise's answer is (one rule per kind of answer):

@@ -101,6 +101,12 @@ def test_weights(student):
 
 def test_context(student):
     _, weights, context = answer(student)
+    # The context is checked against the student's own weights (a slip in them is charged once, by
+    # test_weights), but only weights that are attention weights: any context "follows" from zeros.
+    checks.require(min(weights) >= -WEIGHTS and abs(sum(weights) - 1) <= WEIGHTS,
+                   f"The weights {shown(weights)} are not attention weights (they sum to {sum(weights):.3f}), "
+                   "so no context follows from them.", "w_i = exp(s_i) / sum_j exp(s_j): each at least 0, "
+                   "summing to 1.")
     values = student.variant["values"]
     want = weighted(weights, values)
     if near(context, want, CONTEXT):
