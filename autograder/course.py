@@ -134,15 +134,28 @@ class Assignment:
     packages: tuple = ()      # what it needs beyond the course's core, pinned in requirements.txt (e.g. triton)
     feedback_values: str = "after_due"  # course.yml's feedback: {values: ...}, see FEEDBACK_VALUES
     checks: CheckPolicy = field(default_factory=CheckPolicy)  # course.yml's checks: (the check server's policy)
+    late_policy: LatePolicy = field(default_factory=LatePolicy)  # the course's late_policy: (when answers are final)
+
+    @property
+    def answers_final(self):
+        """When the answers of this assignment are final (an aware datetime), or None where they never are:
+        the latest of the due date, the checks' closing and the end of the late window the late policy
+        allows; after it no hand-in earns anything and no check answers, so showing the right values
+        hands nobody a mark.  An assignment without a due date never reaches it."""
+        if self.due is None:
+            return None
+        moments = [self.due, self.checks.closes(self.due) if self.checks.open else self.due,
+                   self.late_policy.window_closes(self.due)]
+        return None if None in moments else max(moments)
 
     def feedback_values_shown(self, now):
         """Whether feedback graded at `now` (an aware datetime) may show the right values worked out from
         the student's own numbers (a variant's correct answer): `always`, `never`, or `after_due`, once
-        the due date has passed (an assignment without one never reaches it)."""
+        the answers are final (answers_final; the feedback of `make grade` and the check server's alike)."""
         if now.tzinfo is None:
             raise ValueError("the time of grading needs a time zone")
         if self.feedback_values == "after_due":
-            return self.due is not None and now >= self.due
+            return self.answers_final is not None and now > self.answers_final
         return self.feedback_values == "always"
 
     @property
@@ -391,6 +404,10 @@ def load_course(path=None):
     default_limits = _limits(Limits(), raw.get("limits") or {}, "limits")
     feedback_values = _feedback(raw.get("feedback"), "after_due", "feedback")
     checks = _check_policy(raw.get("checks"), CheckPolicy(), "checks")
+    try:
+        late_policy = LatePolicy(**(raw.get("late_policy") or {}))
+    except TypeError as error:
+        raise CourseError(f"late_policy: {error}") from None
     assignments = []
     for raw_assignment in raw.get("assignments") or []:
         where = f"assignment {raw_assignment.get('id')}"
@@ -404,7 +421,7 @@ def load_course(path=None):
             kernels=_kernels(raw_assignment.get("kernels"), where),
             packages=_packages(raw_assignment.get("packages"), where),
             feedback_values=_feedback(raw_assignment.get("feedback"), feedback_values, where),
-            checks=_check_policy(raw_assignment.get("checks"), checks, where),
+            checks=_check_policy(raw_assignment.get("checks"), checks, where), late_policy=late_policy,
             notebooks=notebooks,
             limits=_limits(default_limits, raw_assignment.get("limits") or {}, where),
             due=parse_due(raw_assignment["due"], where) if raw_assignment.get("due") else None,
@@ -412,10 +429,6 @@ def load_course(path=None):
     ids = [exercise.id for assignment in assignments for exercise in assignment.exercises]
     if len(ids) != len(set(ids)):
         raise CourseError("exercise ids must be unique across the course")
-    try:
-        late_policy = LatePolicy(**(raw.get("late_policy") or {}))
-    except TypeError as error:
-        raise CourseError(f"late_policy: {error}") from None
     github = raw.get("github") or {}
     gradescope = raw.get("gradescope") or {}
     torch_index_url = str(raw.get("torch_index_url") or gradescope.get("torch_index_url") or "")

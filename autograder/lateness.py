@@ -12,7 +12,7 @@ configured in nbgrader_config.py), so nbgrader's own tools apply exactly what `m
 
 import math
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import timedelta, timezone
 from pathlib import Path
 
 from autograder.intake import exists, read_file
@@ -30,6 +30,17 @@ class LatePolicy:
         if late <= 0:
             return 0.0
         return min(self.max_percent, math.ceil(late / 86400) * self.percent_per_day) / 100
+
+    def window_closes(self, due):
+        """The last moment a late hand-in still earns something (an aware datetime): the due date, the
+        grace period and the started days before the penalty reaches the whole score; None where a
+        late hand-in always earns something (no penalty, or max_percent under 100)."""
+        if self.percent_per_day <= 0 or self.max_percent < 100:
+            return None
+        days = 0
+        while (days + 1) * self.percent_per_day < 100:
+            days += 1
+        return due + timedelta(minutes=self.grace_minutes, days=days)
 
 
 def submitted_at(folder):

@@ -123,10 +123,16 @@ def course_saying(folder, feedback=None, overrides=None):
 
 
 def test_feedback_shows_values_after_the_due_date_by_default_and_as_an_assignment_says(tmp_path):
+    from dataclasses import replace
     from datetime import timedelta
+
+    from autograder.lateness import LatePolicy
     course = course_saying(tmp_path, None, {"masks": {"values": "always"}, "multi_head": {"values": "never"}})
     basics, masks, heads = (course.assignment(name) for name in ("attention_basics", "masks", "multi_head"))
     for assignment in (basics, masks, heads):
+        # a late policy under which a hand-in one second late earns nothing: the answers are final at the due date
+        assignment = replace(assignment, checks=replace(assignment.checks, late_hours=0.0, until=None),
+                             late_policy=LatePolicy(percent_per_day=100, max_percent=100))
         before, after = assignment.due - timedelta(seconds=1), assignment.due + timedelta(seconds=1)
         shown = {"after_due": (False, True), "always": (True, True), "never": (False, False)}[assignment.feedback_values]
         assert (assignment.feedback_values_shown(before), assignment.feedback_values_shown(after)) == shown

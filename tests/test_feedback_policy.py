@@ -14,11 +14,14 @@ import importlib
 import math
 import random
 import re
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from autograder.course import CheckPolicy
 from autograder.harness.checks import Feedback
+from autograder.lateness import LatePolicy
 from autograder.reference import reference_namespace
 from autograder.variants import DEFAULTS
 from tests.catalogue import MISTAKES
@@ -126,6 +129,7 @@ def test_the_same_answers_show_their_values_once_the_policy_allows():
     mistake = next(m for m in MISTAKES if m.exercise == "by_hand" and m.cause == "unscaled")
     namespace = {**base, "VARIANT": variant}
     exec(mistake.code, namespace)
+    assignment = replace(assignment, late_policy=LatePolicy(percent_per_day=100, max_percent=100))
     after_due = assignment.due + timedelta(days=1)
     assert assignment.feedback_values_shown(after_due)
     text = feedback_of(suite, exercise, Answered(namespace, variant, base["DEFAULT_VARIANT"], True))
@@ -145,3 +149,25 @@ def test_a_hint_is_said_once_per_exercise():
     assert student_message(second, said) == "The output: 80% of the entries differ. (The hint given above applies here too.)"
     assert student_message(other, said) == str(other)
     assert student_message(second) == str(second)   # outside an exercise's run: the whole text
+
+
+def test_values_wait_until_no_hand_in_and_no_check_can_use_them():
+    """`after_due` means after the answers are final: the due date, the checks' late window and the late
+    policy's window all past.  A student who has not handed in cannot copy a right value from a check's
+    feedback (or a classmate's) and hand it in late for marks."""
+    due = COURSE.assignment("attention_basics").due
+    base = replace(COURSE.assignment("attention_basics"), feedback_values="after_due",
+                   checks=CheckPolicy(open=True, late_hours=48), late_policy=LatePolicy(percent_per_day=25, max_percent=100))
+    # checks open two days after the due date; a hand-in earns something for three started days (75% off)
+    assert base.answers_final == due + timedelta(days=3)
+    assert not base.feedback_values_shown(due + timedelta(hours=2))          # checks open, hand-ins worth 90%
+    assert not base.feedback_values_shown(due + timedelta(days=3))           # the last moment a hand-in earns 25%
+    assert base.feedback_values_shown(due + timedelta(days=3, seconds=1))
+    graced = replace(base, late_policy=LatePolicy(percent_per_day=50, grace_minutes=15, max_percent=100))
+    assert graced.answers_final == due + timedelta(hours=48)                 # the checks close after the late window
+    assert replace(graced, checks=CheckPolicy(open=False, late_hours=48)).answers_final == due + timedelta(days=1, minutes=15)
+    # a late hand-in that always earns something (no penalty, or a capped one): the answers are never final
+    for endless in (LatePolicy(), LatePolicy(percent_per_day=10, max_percent=50)):
+        never = replace(base, late_policy=endless)
+        assert never.answers_final is None and not never.feedback_values_shown(due + timedelta(days=3650))
+    assert replace(base, due=None).answers_final is None
