@@ -147,6 +147,10 @@ def test_malformed_and_oversized_requests_get_one_line(server):
     headers = {"Authorization": f"Bearer {tokens.issue(server['course'], 'alice')}"}
     for body, status, error in ((b"{", 400, "the body is not JSON"),
                                 (json.dumps({"student": "alice"}).encode(), 400, "the request has no assignment (a string)"),
+                                (b"[" * 100_000 + b"]" * 100_000, 400, "the body is not JSON"),   # deeper than json recurses
+                                (b'{"student": "alice", "assignment": "masks", "notebook": "masks.ipynb", '
+                                 b'"content": "\\ud800"}', 400, "the request's content is not UTF-8 text"),   # a lone surrogate
+                                (b"\xff{}", 400, "the body is not JSON"),
                                 (b"x" * (2 << 20), 413, "the notebook is larger than the 1 MB a check takes")):
         response = httpx.post(server["url"] + "/check", content=body, headers=headers, timeout=60,
                               verify=trusting(server))

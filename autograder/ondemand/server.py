@@ -140,17 +140,23 @@ def answer(job, record, shows, causes):
 
 
 def parse(body):
-    """The posted check as a dict of FIELDS (strings); Refused (400) with one line otherwise."""
+    """The posted check as a dict of FIELDS (strings of UTF-8 text); Refused (400) with one line otherwise.
+    The one place a body is read: whatever it holds (bytes that are not UTF-8, nesting deeper than the
+    parser recurses, a lone surrogate escaped in a string) ends here as a 400, never in admit."""
     try:
         request = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise Refused(400, "the body is not JSON") from None
     if not isinstance(request, dict):
         raise Refused(400, "the body is not a JSON object")
     for name in FIELDS:
         if not isinstance(request.get(name), str) or not request[name]:
             raise Refused(400, f"the request has no {name} (a string)")
-    return request
+        try:
+            request[name].encode("utf-8")
+        except UnicodeEncodeError:   # "\ud800": JSON may escape a surrogate that no text holds
+            raise Refused(400, f"the request's {name} is not UTF-8 text") from None
+    return {name: request[name] for name in FIELDS}
 
 
 @tornado.web.stream_request_body
