@@ -116,6 +116,18 @@ def shape(value, expected, what, hint=""):
         raise Feedback(f"{what} has shape {list(value.shape)}; expected {list(expected)}.", hint)
 
 
+def broadcasts(value, target, what, hint=""):
+    """value must be a tensor that broadcasts against a tensor of shape `target` without growing it
+    (a mask against the scores), so that the grader's own operations on it cannot fail."""
+    tensor(value, what)
+    try:
+        fits = value.dim() >= 2 and torch.broadcast_shapes(value.shape, target) == torch.Size(target)
+    except RuntimeError:
+        fits = False
+    require(fits, f"{what} has shape {list(value.shape)}, which does not broadcast against {list(target)}.", hint)
+    return value
+
+
 def dtype(value, expected, what, hint="", inputs=None):
     """value's dtype must be `expected`: the inputs' dtype, or what the statement says for `inputs`."""
     if value.dtype != expected:

@@ -41,7 +41,7 @@ def expected(lengths, max_len):
 def shape_cause(mask, batch, max_len, longest):
     """The cause of a wrong shape, when the shape shows it."""
     shape = tuple(mask.shape)
-    if shape == (batch, max_len):
+    if shape in ((batch, max_len), (batch * max_len,)):
         return CAUSES["flat_shape"]
     if shape == (batch, 1, max_len, 1):
         return CAUSES["blocks_queries"]
@@ -101,11 +101,9 @@ def test_padded_keys_do_not_change_outputs(student):
     q, k, v = qkv((2, H), sq=6, sk=6)
     mask = padding_mask(student, lengths, 6)
     checks.require(mask.dtype == torch.bool, "padding_mask does not return a boolean tensor.")
-    try:
-        output = torch_attention(q, k, v, mask)
-    except RuntimeError:
-        raise checks.Feedback("The padding mask does not broadcast against scores [B, H, Sq, Sk].",
-                              "Return [B, 1, 1, S].") from None
+    checks.broadcasts(mask, (len(lengths), H, 6, 6), "The padding mask for scores [B, H, Sq, Sk]",
+                      CAUSES["flat_shape"])
+    output = torch_attention(q, k, v, mask)
     for b, length in enumerate(lengths.tolist()):
         alone = torch_attention(q[b], k[b, :, :length], v[b, :, :length])
         checks.close(output[b], alone, f"Attention over sequence {b} with your mask",

@@ -22,6 +22,12 @@ MISTAKES = [
             code='''def padding_mask(lengths, max_len):
     return torch.arange(max_len)[None, :] < lengths[:, None]
 '''),
+    Mistake("returns the right mask flattened to [B * S]", "flat_shape",
+            fails=("allows_real_keys_only", "blocks_keys_not_queries", "full_length_allows_every_key",
+                   "is_boolean_with_broadcast_shape", "padded_keys_do_not_change_outputs"),
+            code='''def padding_mask(lengths, max_len):
+    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, None, :].reshape(-1)
+'''),
     Mistake("blocks queries instead of keys", "blocks_queries",
             fails=("allows_real_keys_only", "blocks_keys_not_queries", "full_length_allows_every_key",
                    "is_boolean_with_broadcast_shape", "padded_keys_do_not_change_outputs"),
