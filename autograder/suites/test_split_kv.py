@@ -37,13 +37,22 @@ def pair(reply, what, names):
 
 
 def attend_chunks(student, q, k, v, lengths, num_splits):
-    return pair(student.call("attend_chunks", q, k, v, lengths, num_splits),
-                "attend_chunks(q, k, v, lengths, num_splits)", ("out_chunks", "lse_chunks"))
+    """The student's chunks, checked for their shapes before any test reads them."""
+    out, lse = pair(student.call("attend_chunks", q, k, v, lengths, num_splits),
+                    "attend_chunks(q, k, v, lengths, num_splits)", ("out_chunks", "lse_chunks"))
+    checks.shape(out, (*q.shape[:2], num_splits, v.shape[-1]), "out_chunks", "One output per chunk: [B, H, num_splits, D].")
+    checks.shape(lse, (*q.shape[:2], num_splits), "lse_chunks", "One logsumexp per chunk: [B, H, num_splits].")
+    return out, lse
 
 
 def combine_chunks(student, out_chunks, lse_chunks):
-    return pair(student.call("combine_chunks", out_chunks, lse_chunks), "combine_chunks(out_chunks, lse_chunks)",
-                ("out", "lse"))
+    """The student's combination, checked for its shapes before any test reads it."""
+    out, lse = pair(student.call("combine_chunks", out_chunks, lse_chunks), "combine_chunks(out_chunks, lse_chunks)",
+                    ("out", "lse"))
+    checks.shape(out, out_chunks.shape[:2] + out_chunks.shape[3:], "out of combine_chunks",
+                 "One output per sequence and head: [B, H, D].")
+    checks.shape(lse, lse_chunks.shape[:2], "lse of combine_chunks", "One logsumexp per sequence and head: [B, H].")
+    return out, lse
 
 
 def inputs(batch, heads, length, d, seed, dtype=torch.float32, scale=1.0):

@@ -99,6 +99,15 @@ DEGENERATES = [
             for j in range(num_splits)]
     return torch.stack(outs, dim=2), torch.zeros(B, H, num_splits)
 ''' + COMBINE),
+    # One chunk left unwritten: the gate's single chunk gets a 0-d placeholder, which the suite must call
+    # a wrong shape (the gate read the placeholder's chunks and raised inside the grader).
+    Degenerate("a 0-d placeholder when num_splits == 1", SOLUTION.replace("def attend_chunks(", "def _attend_chunks(") + '''
+
+def attend_chunks(q, k, v, lengths, num_splits):
+    if num_splits == 1:
+        return torch.zeros(()), torch.zeros(())
+    return _attend_chunks(q, k, v, lengths, num_splits)
+'''),
     Degenerate("zeros", '''def attend_chunks(q, k, v, lengths, num_splits):
     return torch.zeros(*q.shape[:2], num_splits, q.shape[-1]), torch.zeros(*q.shape[:2], num_splits)
 ''' + COMBINE),
