@@ -35,6 +35,8 @@ CAUSES = {
                         "softmax over a row of -inf gives NaN, so replace it (torch.nan_to_num, torch.where).",
     "overflow": "exp() overflowed: a hand-written softmax must subtract each row's maximum before exp() "
                 "(torch.softmax does this for you).",
+    "leading_dims": "inputs of some ranks left unhandled: the statement allows any number of leading dimensions "
+                    "(2-D, 3-D, 4-D inputs), and q @ k.transpose(-2, -1) handles them all",
     "dtype": "Avoid hard-coded dtypes (torch.tensor(..., dtype=torch.float32), .float()).",
     "float32": checks.FLOAT32_HINT,
     "cut": CUT_HINT,
@@ -80,12 +82,16 @@ def test_computes_attention(student):
 
 
 def test_shapes_with_any_leading_dims(student):
+    handled = False   # whether inputs of a smaller rank gave the right shapes
     for leading in [(), (B,), (B, H), (B, 2, H)]:
         q, k, v = common.qkv(leading)
         (output, weights), _ = sdpa(student, q, k, v)
         where = f" for inputs with {len(leading)} leading dimension(s)"
-        checks.shape(output, (*leading, SQ, D_V), "The output" + where, CAUSES["transpose"])
-        checks.shape(weights, (*leading, SQ, SK), "The weights" + where, CAUSES["transpose"])
+        rank = handled and (output.dim(), weights.dim()) != (len(leading) + 2,) * 2
+        hint = CAUSES["leading_dims" if rank else "transpose"]
+        checks.shape(output, (*leading, SQ, D_V), "The output" + where, hint)
+        checks.shape(weights, (*leading, SQ, SK), "The weights" + where, hint)
+        handled = True
 
 
 def test_weights_rows_sum_to_one(student):
@@ -151,6 +157,7 @@ def test_fully_masked_row_gives_zeros(student):
     (output, weights), _ = sdpa(student, q, k, v, mask)
     hint = CAUSES["fully_masked_nan"]
     checks.shape(weights, (B, H, SQ, SK), "The weights")   # before a row of them is read
+    checks.shape(output, (B, H, SQ, D_V), "The output")
     checks.finite(weights, "The weights", hint)
     checks.finite(output, "The output", hint)
     checks.close(weights[:, :, 0], torch.zeros_like(weights[:, :, 0]), "The weights of the fully masked row")
@@ -180,6 +187,7 @@ def test_batching_equals_looping(student):
     own calls on the 2-D slices."""
     q, k, v = common.qkv(seed=9)
     (batched, _), _ = sdpa(student, q, k, v)
+    checks.shape(batched, (B, H, SQ, D_V), "The output for 4-D inputs", CAUSES["leading_dims"])
     for b, h in [(0, 0), (B - 1, H - 1)]:
         (alone, _), _ = sdpa(student, q[b, h], k[b, h], v[b, h])
         checks.same(batched[b, h], alone, f"The output of batch {b}, head {h}, against your own call on "
@@ -191,10 +199,14 @@ def test_gradients_reach_q_k_v(student):
     q, k, v = common.qkv()
     mask = random_mask(B, H, SQ, SK, seed=5)
     upstream = [randn(B, H, SQ, D_V, seed=20), randn(B, H, SQ, SK, seed=21)]
-    _, grads = sdpa(student, q, k, v, mask, grad_outputs=upstream)
+    (output, weights), grads = sdpa(student, q, k, v, mask, grad_outputs=upstream)
+    checks.shape(output, upstream[0].shape, "The output for 4-D inputs", CAUSES["leading_dims"])
+    checks.shape(weights, upstream[1].shape, "The weights for 4-D inputs", CAUSES["leading_dims"])
 
     def loss(*inputs):
         (output, weights), _ = sdpa(student, *inputs, mask)
+        checks.shape(output, upstream[0].shape, "The output for 4-D inputs", CAUSES["leading_dims"])
+        checks.shape(weights, upstream[1].shape, "The weights for 4-D inputs", CAUSES["leading_dims"])
         return float((output * upstream[0]).sum() + (weights * upstream[1]).sum())
 
     inputs = [q, k, v]

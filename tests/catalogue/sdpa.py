@@ -7,6 +7,26 @@ from tests.catalogue.snippets import SDPA_TAIL, _sdpa
 
 
 MISTAKES = [
+    # A wrong shape the suite once read before checking it (an IndexError inside the grader).
+    Mistake("4-D inputs left to a 0-d placeholder", "leading_dims",
+            fails=("shapes_with_any_leading_dims", "weights_rows_sum_to_one", "matches_torch_attention",
+                   "matches_torch_attention_with_mask", "masked_weights_are_exactly_zero",
+                   "fully_masked_row_gives_zeros", "keeps_float32_and_float64", "batching_equals_looping",
+                   "gradients_reach_q_k_v"),
+            also_named=("dtype",),   # the placeholder is float32 whatever the inputs' dtype
+            code='''def _attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    if q.dim() > 3:   # batched heads: not done yet
+        return torch.zeros(()), torch.zeros(())
+    return _attention(q, k, v, mask)
+'''),
     Mistake("no scaling", "no_scale",
             fails=("matches_reference_solution", "matches_torch_attention", "matches_torch_attention_with_mask"),
             code=_sdpa('''    scores = q @ k.transpose(-2, -1)
