@@ -64,9 +64,10 @@ def students_per_token(student, numbers, kind):
     try:
         value = student.call("kv_cache_bytes_per_token", kind, numbers["n_layers"], numbers["n_heads"],
                              numbers["d_head"], getattr(torch, numbers["dtype"]), **sizes(numbers, kind))["output"]
-    except StudentError:
+        per_token_bytes = checks.number(value, "kv_cache_bytes_per_token", whole=True)
+    except (StudentError, checks.Feedback):   # no whole number of bytes: only the right bytes are accepted
         return None
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+    return per_token_bytes if per_token_bytes > 0 else None
 
 
 def fitting(numbers, per_token_bytes, gib=2**30, rounded=False):

@@ -75,4 +75,11 @@ cache_budget = per_kind
 DEGENERATES = [
     Degenerate("the same count for every kind", 'cache_budget = {"mha": 1000, "gqa": 1000, "mla": 1000}\n'),
     Degenerate("zeros", 'cache_budget = {"mha": 0, "gqa": 0, "mla": 0}\n'),
+    # The suite also accepts the counts of the student's own kv_cache_bytes_per_token: infinite bytes per
+    # token must be no count it accepts (nor a value that stops the grader).
+    Degenerate("kv_cache_bytes_per_token redefined to give infinity", '''def kv_cache_bytes_per_token(*args, **kwargs):
+    return float("inf")
+
+
+''' + SOLUTION),
 ]
