@@ -7,7 +7,9 @@
 A submission whose notebooks, hidden suites, reference solutions, grader and course.yml are
 unchanged since it was graded is not graded again unless forced; so after a crash or Ctrl-C the
 same command grades only what is missing.  A submission the grader failed on (a fault, results.py)
-is never done: a run grades it once more before it ends, and every later run grades it again.
+is not done: a run grades it once more before it ends, and the next run grades it again.  A fault
+that comes back with the same reason on unchanged work in the next run is set aside for the
+instructor (`set_aside`): not graded again until the work changes or the run is forced, and said so.
 
 One run owns an output folder at a time (`owning`: a lock with its pid), and nothing of a run outlives
 it: its grading processes get SIGKILL when the process that runs the class dies (PR_SET_PDEATHSIG),
@@ -193,9 +195,44 @@ def select_tasks(course, submitted, layout, *, assignments=None, students=None, 
 
 
 def done(layout, task):
-    """Whether the task's stored record stands: graded as the task is now, and not a grader fault."""
+    """Whether the task's stored record stands: graded as the task is now, and not a grader fault
+    (unless set aside: the same fault on this work in two runs)."""
     record = layout.read_record(task.student, task.assignment)
-    return record is not None and record.get("fingerprint") == task.fingerprint and not faulted(layout, task)
+    return (record is not None and record.get("fingerprint") == task.fingerprint
+            and (bool(record.get("set_aside")) or not faulted(layout, task)))
+
+
+SET_ASIDE = (" (set aside: the same fault on unchanged work in two runs; not graded again until the work "
+             "changes, or make grade FORCE=1 / --force)")
+
+
+def fault_on_this_work(layout, task):
+    """The grader fault the stored record holds for the task's work as it is now (its fingerprint), or ""."""
+    record = layout.read_record(task.student, task.assignment)
+    if record is None or record.get("fingerprint") != task.fingerprint:
+        return ""
+    try:
+        return record.get("set_aside") or from_record(record).fault
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return ""
+
+
+def set_aside(layout, task):
+    """Mark the task's fault set aside for the instructor: its record stands (done) and its reason says so
+    (grades.csv, the console), until the work changes or a forced run grades it again."""
+    record = layout.read_record(task.student, task.assignment)
+    result = from_record(record)
+    fault = result.fault
+    for notebook in result.notebooks:
+        if notebook.fault:
+            notebook.fault += SET_ASIDE
+    layout.save(result, fingerprint=record["fingerprint"], folder=record.get("folder", task.folder), set_aside=fault)
+
+
+def set_aside_tasks(layout, tasks):
+    """The tasks whose stored fault is set aside for the instructor."""
+    return [task for task in tasks if fault_on_this_work(layout, task)
+            and (layout.read_record(task.student, task.assignment) or {}).get("set_aside")]
 
 
 # -- grading: in this process, or one warm grading process per job ----------------------------
@@ -374,9 +411,16 @@ def faulted(layout, task):
 def run(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):
     """Grade the pending tasks, and once more those the grader failed on (in sandboxes started afresh);
     on_done(task) after each; meanwhile() once the grading has started; classmates: every student of
-    the class."""
+    the class.  A fault that an earlier run left on the same work, with the same reason, is set aside
+    instead of graded once more."""
+    earlier = {task.key: fault_on_this_work(layout, task) for task in pending}
     _run(course, layout, pending, jobs, on_done, meanwhile, classmates)
-    again = [task for task in pending if faulted(layout, task)]
+    repeated = {task.key for task in pending if earlier[task.key] and fault_on_this_work(layout, task) == earlier[task.key]}
+    for task in pending:
+        if task.key in repeated:
+            log.warning("set aside %s: the same grader fault as the last run on unchanged work", task.key)
+            set_aside(layout, task)
+    again = [task for task in pending if task.key not in repeated and faulted(layout, task)]
     if again:
         log.warning("grading again what the grader failed on: %s", ", ".join(task.key for task in again))
         _run(course, layout, again, jobs, on_done, classmates=classmates)
@@ -430,6 +474,11 @@ class ClassRun:
     @property
     def unchanged(self):
         return sum(1 for task in self.tasks if task.handed_in) - len(self.to_grade)
+
+    @property
+    def set_aside(self):
+        """The submissions whose grader fault is set aside for the instructor (set_aside)."""
+        return set_aside_tasks(self.layout, self.tasks)
 
     @property
     def graded(self):

@@ -300,6 +300,11 @@ def class_report(chosen, submitted, db, table=False):
     faults = fault_lines(graded)
     if faults:
         parts.append(faults)
+    aside = chosen.set_aside
+    if aside:
+        parts.append(f"Set aside for the instructor: {len(aside)} submission(s) with the same grader fault on unchanged "
+                     f"work in two runs, not graded again until the work changes or FORCE=1: "
+                     + ", ".join(task.key for task in aside))
     missing = not_submitted_line(graded)
     if missing:
         parts.append(missing)
