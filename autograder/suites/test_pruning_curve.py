@@ -28,8 +28,11 @@ H = PRUNING_HEADS
 
 def curve(student, reference, params, data, order, train=True):
     output, reply = run_pruning(student, "pruning_curve", params, (*data, list(order)), train)
-    values = checks.tensor(torch.as_tensor(output, dtype=torch.float64) if isinstance(output, (list, tuple)) else output,
-                           "pruning_curve(...)")
+    if isinstance(output, (list, tuple)):   # each item checked for a number before the grader reads it
+        checks.require(len(output) == H + 1, f"pruning_curve(...) for a model of 4 heads returned {len(output)} "
+                       f"losses.", CAUSES["length"])
+        output = torch.tensor(checks.numbers(output, H + 1, "pruning_curve(...)", CAUSES["list"]), dtype=torch.float64)
+    values = checks.tensor(output, "pruning_curve(...)")
     checks.shape(values, (H + 1,), "pruning_curve(...) for a model of 4 heads", CAUSES["length"])
     return values.double(), reply
 
