@@ -9,6 +9,7 @@ as well, so a RoPE slip is charged to apply_rope alone."""
 import torch
 
 from autograder.harness import checks, substance
+from autograder.sandbox.student import StudentError
 from autograder.suites.helpers.common import B, crash_hint, named, randn, run_module
 from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, piece_bounds
 from autograder.suites.helpers.latent import (MLA_SIZES, mla, mla_attend, mla_cache_entries, mla_parameters,
@@ -185,8 +186,11 @@ def check_rope_key_turned(student, params, prompt, held):
     if holds_turned(rope):
         return
     theirs = students_rope(student)  # a RoPE slip is charged to apply_rope alone
-    if theirs is not None and holds_turned(theirs):
-        return
+    try:
+        if theirs is not None and holds_turned(theirs):
+            return
+    except (StudentError, checks.Feedback):   # their RoPE fails on the prompt: the grader's is the rule
+        pass
     checks.require(not any(checks.is_close(window, unturned) for window in windows),
                    f"After a {prompt.shape[1]}-token prompt the cache holds the RoPE key W_kr x of each token unturned.",
                    f"Likely cause: {CAUSES['cached_unturned']}.")
@@ -196,8 +200,8 @@ def test_reset_starts_a_new_sequence(student):
     params, first, second = mla_parameters(seed=450), x_of(451), x_of(452)
     before = cache_calls(first, 2, 3)
     outputs, _ = run(student, params, before + cache_calls(second, 3, 2))
-    tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
-    checks.same(torch.cat(tail, dim=1), pieces(student, params, second, first=3, chunk=2)[0],
+    checks.same(joined_new_outputs(outputs[len(before):], D_MODEL, "d_model"),
+                pieces(student, params, second, first=3, chunk=2)[0],
                 "A second sequence after reset_cache(), against the same sequence on a fresh module", CAUSES["reset"])
 
 
