@@ -87,8 +87,13 @@ def run(student, shape, calls, held=False, hint=None):
                           held=held)
 
 
-def attended(reply, what):
-    return checks.tensor(reply["outputs"][-1], f"forward(q, seqs) ({what})")
+def attended(reply, what, shape=None):
+    """forward's output, a tensor; of `shape` [B, num_heads, head_dim] where the caller reads into it."""
+    out = checks.tensor(reply["outputs"][-1], f"forward(q, seqs) ({what})")
+    if shape is not None:
+        checks.shape(out, shape, f"forward(q, seqs) ({what})", "One output per sequence and query head: "
+                     "[B, num_heads, head_dim].")
+    return out
 
 
 def expected(q, keys, values):
@@ -123,7 +128,8 @@ def test_attends_through_the_cache(student):
         for values in (v[0], torch.eye(8, dtype=torch.float64).expand(2, 8, 8)):     # [heads, tokens, D]
             calls = [("append", (0, k[0].transpose(0, 1), values.transpose(0, 1)), {}),
                      ("forward", (q[:, :, 0], [0]), {})]
-            outs.append(attended(run(student, (4, 8, 2, 2, 8), calls), "one sequence of 8 tokens")[:, :, None])
+            outs.append(attended(run(student, (4, 8, 2, 2, 8), calls), "one sequence of 8 tokens",
+                                 q[:, :, 0].shape)[:, :, None])
         return outs
     generator = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, n, 8, generator=generator, dtype=torch.float64) for n in (1, 8, 8))
