@@ -111,8 +111,7 @@ def test_reset_starts_a_new_sequence(student):
     params, first, second = mha_parameters(seed=550), x_of(551), x_of(552)
     before = cache_calls(first, first=2, chunk=3)
     outputs = cached_attention(student, before + cache_calls(second, first=3, chunk=2), params=params)
-    tail = [output for output in outputs[len(before):] if isinstance(output, torch.Tensor)]
-    checks.same(torch.cat(tail, dim=1), pieces(student, second, params, first=3, chunk=2),
+    checks.same(joined_new_outputs(outputs[len(before):], second.shape[-1]), pieces(student, second, params, first=3, chunk=2),
                 "A second sequence after reset_cache(), against the same sequence on a fresh module",
                 CAUSES["reset"])
 

@@ -20,8 +20,9 @@ def joined_new_outputs(outputs, d_model, width="D"):
     """The tensors among a cached run's outputs (one per piece), each [B, T_new, d_model] (`width`
     names that size in the hint), concatenated over the tokens."""
     outputs = [output for output in outputs if isinstance(output, torch.Tensor)]
+    checks.require(outputs, "forward(x_new, use_cache=True) returned no tensor.")
     for output in outputs:
-        checks.require(output.dim() == 3 and output.shape[-1] == d_model,
+        checks.require(output.dim() == 3 and output.shape[-1] == d_model and output.shape[0] == outputs[0].shape[0],
                        f"forward(x_new, use_cache=True) returned shape {list(output.shape)}.",
                        f"Return the output for the new tokens only: [B, T_new, {width}].")
     return torch.cat(outputs, dim=1)
