@@ -157,6 +157,7 @@ def test_half_precision_keeps_the_state_in_float32(student):
         wide = [t.double() for t in (q, k, v)]
         for index, value, want, name in ((1, lse, logsumexp(*wide[:2]).float(), "lse"),
                                          (0, out.to(dtype), attention(*wide)[0].to(dtype), "out")):
+            checks.shape(value, want.shape, f"{name} ({dtype} inputs)")   # before relative_error reads it
             checks.close(value, want, f"{name} ({dtype} inputs)",
                          hint if relative_error(value, want) <= PRECISION_SIZED else "",
                          lambda: half_precision_mistakes(q, k, v, index))
