@@ -72,9 +72,14 @@ COPIES = {  # (exercise, the student copied, the copy)
 }
 
 
-# Built on the reference's own class (catalogue.snippets._gqa_forward changes three lines of it), so it is no
+# Built on the reference (gqa: catalogue.snippets._gqa_forward changes three lines of its class), so they are no
 # independently written answer: it is rightly found alike to the reference-based sample students.
-DERIVED = {("gqa", "expand and reshape")}
+DERIVED = {("gqa", "expand and reshape"),
+           # the reference's kernel with a few lines changed (tl.dot; exponentials in base 2), not written anew
+           ("paged_kernel", "the group's scores by tl.dot, the group padded to 16 rows"),
+           ("paged_kernel", "exp2 with log2(e) folded into the scale, the combine in base 2 too"),
+           # the reference's loop, its pointer loads and stores replaced by tensor descriptors
+           ("flash_kernel", "tensor descriptors made in the kernel (tl.make_tensor_descriptor, desc.load, desc.store)")}
 
 
 def calibration_class():
