@@ -18,7 +18,6 @@ at any moment leaves records, each whole, and the next run grades the rest, reco
 what the killed run saved but did not record (`is_recorded`), and publishes as a clean run would.
 """
 
-import ctypes
 import difflib
 import enum
 import errno
@@ -38,6 +37,7 @@ from pathlib import Path
 from autograder.course import CourseError
 from autograder.intake import SubmissionError, printable, read_file, submission_folders
 from autograder.layout import Layout
+from autograder.lifetime import die_with
 from autograder.files import write_atomic, write_csv
 from autograder.render import read_grades_csv, score_text, write_grades_csv
 from autograder.results import NOT_SUBMITTED, SubmissionResult, from_record, grader_failed, not_graded
@@ -271,21 +271,6 @@ def start_log(path):
     # A log line that cannot be written (its disk full) is dropped, not printed with a traceback on the
     # console: the run says what failed in one line of its own (disk_problem).
     logging.raiseExceptions = False
-
-
-PR_SET_PDEATHSIG = 1   # prctl(2): the signal this process gets when the thread that made it ends
-
-
-def die_with(parent):
-    """End this process (SIGKILL) when `parent`, the process that forked it, dies, however it dies.  The
-    kernel sends the signal, so a parent killed with SIGKILL is covered (a process group the run owns
-    and kills would need the run alive to kill it).  A parent already gone before the signal was asked
-    for is seen by its pid: this process then exits at once."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _grading_process(course, out, tasks, events, assignments, sandboxes, index, classmates, parent):

@@ -14,9 +14,9 @@ replaced (a new sandbox, a new fork) and the check it held is answered as a faul
 
 import asyncio
 import collections
-import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 import tempfile
 import time
@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from autograder.grading import open_grader
+from autograder.lifetime import die_with
 from autograder.results import to_record
 from autograder.sandbox.jail import Started
 
@@ -32,7 +33,6 @@ log = logging.getLogger("autograder")
 
 PER_STUDENT = 2        # checks one student may have waiting (check() waits for each answer)
 HUNG_MARGIN = 60.0     # seconds past the assignment's time budget after which a grading process is replaced
-PR_SET_PDEATHSIG = 1
 START_WAIT = 120.0     # seconds a grading process waits for its sandbox before saying it is ready anyway
 
 
@@ -99,12 +99,13 @@ def grade_posted(grader, course, order):
     return to_record(result)
 
 
-def _grading_process(course, assignments, sandbox, connection, others):
-    """The body of one grading process: grade what comes on `connection` until it closes."""
+def _grading_process(course, assignments, sandbox, connection, others, parent):
+    """The body of one grading process: grade what comes on `connection` until it closes.  It dies
+    with `parent`, the server's process (lifetime.die_with, as a class run's grading processes do)."""
     signal.set_wakeup_fd(-1)   # the server's event loop's: a signal here must not reach it
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)   # and it dies with the server
+    die_with(parent)
     for other in others:
         other.close()   # the other processes' pipes: theirs see an end when they end
 
@@ -159,7 +160,7 @@ class Pool:
         ours, theirs = self.context.Pipe()
         process = self.context.Process(target=_grading_process, daemon=True,
                                        args=(self.course, self.assignments, sandbox, theirs,
-                                             [slot.connection for slot in self.slots]))
+                                             [slot.connection for slot in self.slots], os.getpid()))
         process.start()
         sandbox.release()   # the grading process holds it now
         theirs.close()
