@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import CourseError
-from autograder.intake import SubmissionError, printable, read_file, submission_folders
+from autograder.intake import SubmissionError, printable, submission_folders
 from autograder.layout import Layout
 from autograder.lifetime import die_with
 from autograder.files import write_atomic, write_csv
 from autograder.render import read_grades_csv, score_text, write_grades_csv
 from autograder.results import NOT_SUBMITTED, SubmissionResult, from_record, grader_failed, not_graded
-from autograder.submission import MAX_FILE_BYTES  # a fingerprint reads what the grader reads
+from autograder.submission import digest_files  # a fingerprint reads what the grader reads
 from autograder.variants import Variants, has_variants
 
 log = logging.getLogger("autograder")
@@ -160,12 +160,7 @@ def fingerprint(course_part, assignment, folder, problem=""):
     """What a submission's grade depends on: the course's part, and its files as the grader reads them."""
     digest = hashlib.sha256(course_part.encode() + problem.encode())
     if not problem:
-        for name in [notebook.filename for notebook in assignment.notebooks] + ["timestamp.txt"]:
-            digest.update(name.encode())
-            try:
-                digest.update(read_file(Path(folder) / name, folder, MAX_FILE_BYTES))
-            except SubmissionError as error:
-                digest.update(str(error).encode())
+        digest_files(digest, folder, [notebook.filename for notebook in assignment.notebooks] + ["timestamp.txt"])
     return digest.hexdigest()[:32]
 
 

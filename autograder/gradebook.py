@@ -34,7 +34,7 @@ from autograder.course import CourseError
 from autograder.files import write_atomic
 from autograder.intake import SubmissionError, read_file
 from autograder.nbgrader_form import CourseLatePolicy, annotate
-from autograder.submission import MAX_FILE_BYTES, read_notebook
+from autograder.submission import digest_files, read_notebook
 
 log = logging.getLogger("autograder")
 
@@ -200,14 +200,7 @@ def work_of(layout, assignment, student):
     folder = Path(record.get("folder") or "")
     if not record.get("folder") or not folder.is_dir():
         return None
-    digest = hashlib.sha256()
-    for notebook in assignment.notebooks:
-        digest.update(notebook.filename.encode() + b"\0")
-        try:
-            digest.update(read_file(folder / notebook.filename, folder, MAX_FILE_BYTES))
-        except SubmissionError as error:
-            digest.update(str(error).encode())
-    return digest.hexdigest()[:16]
+    return digest_files(hashlib.sha256(), folder, [notebook.filename for notebook in assignment.notebooks]).hexdigest()[:16]
 
 
 def set_manual_score(db_url, assignment, exercise, student, score, layout=None, keep=False):

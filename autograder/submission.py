@@ -69,6 +69,18 @@ def cell_kind(cell):
     return "free"
 
 
+def digest_files(digest, folder, names):
+    """Feed `digest` each named file of a submission folder as the grader reads it: its name, then its
+    bytes, or why it cannot be read (a fingerprint of what is graded, the version of a student's work)."""
+    for name in names:
+        digest.update(name.encode())
+        try:
+            digest.update(read_file(Path(folder) / name, folder, MAX_FILE_BYTES))
+        except SubmissionError as error:
+            digest.update(str(error).encode())
+    return digest
+
+
 def read_notebook(path, folder=None):
     """Read a notebook with nbformat, or raise SubmissionError with a one-line reason.  `folder`
     is the submission folder it must lie in (links out of it are refused); None for the course's own."""
