@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autograder.files import write_atomic, write_csv
 from autograder.pictures import Picture, png_base64
+from autograder.results import GRADER_FAULT
 
 CSV_FIELDS = ["student", "assignment", "score", "max_score", "manual", "late_penalty", "final_score",
               "seconds_late", "status", "reason", "flags"]
@@ -318,7 +319,7 @@ def class_report(chosen, submitted, db, table=False):
 
 def score_text(result):
     """A result's final score as the console gives it; "grader fault" instead of a number for a fault."""
-    return "grader fault" if result.faulted else f"{result.final_score:g} / {result.max_score:g}"
+    return GRADER_FAULT if result.faulted else f"{result.final_score:g} / {result.max_score:g}"
 
 
 def summary_table(results):
@@ -368,7 +369,7 @@ def changes(before, results):
         key = (result.student, result.assignment)
         now = None if result.faulted else result.final_score   # before: None where it was a fault
         if key in before and before[key] != now:
-            was = "grader fault" if before[key] is None else f"{before[key]:g}"
+            was = GRADER_FAULT if before[key] is None else f"{before[key]:g}"
             lines.append(f"  {result.student}/{result.assignment}: {was} -> {score_text(result).split(' / ')[0]}")
     return lines
 
