@@ -15,6 +15,7 @@ from autograder.sandbox.inside import protocol
 from autograder.sandbox.student import Cell, Limits, StudentError, StudentProcess, Worker
 from tests.check import device_problems, entries, grade_entries, student_id
 from tests.notebooks import COURSE, ROOT, solution_answers
+from tests.sandboxes import warm_worker
 
 LIMITS = Limits(call_timeout=20, cell_timeout=20, time_budget=120, memory_mb=4096)
 
@@ -130,11 +131,7 @@ def half_stored(x):
 '''
 
 
-@pytest.fixture(scope="module")
-def worker():
-    with Worker(LIMITS) as worker:
-        worker.start()
-        yield worker
+worker = warm_worker(LIMITS)
 
 
 @pytest.fixture(scope="module")
