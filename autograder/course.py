@@ -2,7 +2,7 @@
 
 import functools
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -244,11 +244,6 @@ def parse_due(text, where, what="due"):
     if due.tzinfo is None:
         raise CourseError(f"{where}: {what} {text!r} needs a time zone (for example +00:00 or Z)")
     return due
-
-
-def now():
-    """The time of grading, as the feedback policy compares it with a due date."""
-    return datetime.now(timezone.utc)
 
 
 SANDBOX_MODES = ("bwrap", "none")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from autograder import intake, lateness, rules
-from autograder.course import now as time_of_grading
+from autograder.schedule import now as time_of_grading
 from autograder.harness.context import Student
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
