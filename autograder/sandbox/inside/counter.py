@@ -21,6 +21,8 @@ module's closure, which the trusted side's reading of the code forbids reaching,
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
 no work moves to a thread the mode does not see.
+
+Imports, by their own names in the sandbox: none of sandbox/inside/ (kernels.py hands itself to Work).
 """
 
 import functools
@@ -28,6 +30,9 @@ import math
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
+DEPENDS = ()   # the modules of sandbox/inside/ this one imports by name
 
 aten = torch.ops.aten
 

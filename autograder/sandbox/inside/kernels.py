@@ -9,8 +9,8 @@ to the scratch space.
 
 `prepare()` also wraps the interpreter's memory and arithmetic operations, so that a call made under
 `Tally` (which counter.Work enters for a counted call) reports what its kernels did, counted where
-the kernel runs and not taken from the answer; the count lives in the closure of the wrappers, as
-counter.py's does:
+the kernel runs and not taken from the answer; the count is a `Count`, held in the closures of the
+wrappers (as counter.py's is), never in a module attribute:
 
   launches, programs   kernel launches and the programs of their grids
   addressed            elements the unmasked lanes of every load read (a program that visits a
@@ -53,9 +53,24 @@ of Work's `intact`, with torch's count) says whether they are still the interpre
 were never seen replaced: every wrapper, each time it runs, checks that the others are in place, so
 one swapped during a call and put back before it returns is seen (code that takes them apart is also flagged on the trusted side,
 rules.py, however it spells the names it can be read to use).
+
+The wrappers, by what they stand for (each factory returns them; `_install` puts them in place):
+`_memory` (the four operations every load, store and atomic reaches memory through), `_arithmetic`
+(the products), `_launch` (a launch, its grid, a kernel's first run, a @triton.jit call inside a
+kernel), `_refused` and `_routing` (the deny by default), `_carrying` (products passed on to what a
+store takes), and `_tallying` (a counted call's begin and end).  They share a `Hooks`: the count,
+the interpreter's own operations and the record of what is in place.  To count a new operation of
+the interpreter: a wrapper in the factory of its kind, and its name in WRAPPED.
+
+Imports, by their own names in the sandbox (sandbox/inside/__init__.py): gpu_compiler, counter.
 """
 
+import dataclasses
 import os
+
+__all__ = ["prepare", "open_device", "Tally", "OutOfBounds", "Uncounted", "memory_operations",
+           "routed_operations", "COUNTED", "FIELDS", "INTERPRETED"]
+DEPENDS = ("gpu_compiler", "counter")   # the modules of sandbox/inside/ this one imports by name
 
 INTERPRETED = None      # True: Triton's interpreter; False: compiled for the CUDA device
 _NONE = frozenset()
@@ -194,166 +209,226 @@ def _warm_compiler():
     torch.cuda.synchronize()
 
 
-def _install():
-    """Put the wrappers in place; the tally's state lives in this function's closure (as counter.py's
-    count does), out of reach of any module attribute.  Returns (begin, end, intact) for Tally."""
-    import dataclasses
-    import inspect
+@dataclasses.dataclass
+class Count:
+    """What the wrappers note, one instance held in their closures (as counter.py's count is), out of
+    reach of any module attribute.  FIELDS are added up over a counted call; the rest is its record."""
+    counting: bool = False             # a counted call is running (Tally)
+    launches: int = 0
+    programs: int = 0
+    addressed: int = 0
+    idle_loads: int = 0
+    flops: int = 0                     # every product made (the stored ones are read from `products`)
+    program: tuple = (0, 0, 0)         # the grid index of the program running now
+    ranges: list = dataclasses.field(default_factory=list)       # (start, end) of each launched tensor's storage
+    read: list = dataclasses.field(default_factory=list)         # the addresses each counted load read
+    stored: list = dataclasses.field(default_factory=list)       # (addresses, bits or None) of each store, atomic
+    products: dict = dataclasses.field(default_factory=dict)     # index -> FLOPs of each product made
+    stored_products: set = dataclasses.field(default_factory=set)   # the products whose results reached a store
+    launched: set = dataclasses.field(default_factory=set)       # the storages the kernels were launched on
+    routed: frozenset = _NONE          # what a routing operation's arguments carry, while it runs
+    replaced: bool = False             # a wrapper was once seen missing
 
-    import numpy as np
-    from triton.runtime import interpreter
 
-    import gpu_compiler
+# The interpreter's operations that the counting wrappers stand for (memory, arithmetic, the grid).
+WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
+           "create_dot", "create_fmul", "create_fma", "set_grid_idx")
 
-    # The interpreter checks every int32 sum and product for overflow by default; a kernel compiled for
-    # a GPU does not (outside Triton's debug mode). Without the check the kernels run as they would
-    # there, and about a quarter faster.
-    shared = interpreter.interpreter_builder
-    shared.options = dataclasses.replace(shared.options, sanitize_overflow=False)
-    builder = interpreter.InterpreterBuilder
-    originals = {"create_masked_load": builder.create_masked_load, "create_masked_store": builder.create_masked_store,
-                 "create_dot": builder.create_dot, "create_fmul": builder.create_fmul, "create_fma": builder.create_fma,
-                 "set_grid_idx": builder.set_grid_idx, "create_atomic_rmw": builder.create_atomic_rmw,
-                 "create_atomic_cas": builder.create_atomic_cas}
-    launch = interpreter.GridExecutor.__call__
-    run = interpreter.InterpretedFunction.run
 
-    state = {"counting": False, "launches": 0, "programs": 0, "addressed": 0, "idle_loads": 0, "flops": 0,
-             "ranges": [], "program": (0, 0, 0), "read": [], "stored": [], "replaced": False,
-             "products": {}, "stored_products": set(), "launched": set(), "routed": _NONE}
-    wrappers = {}
-    carrying_sets = {}   # "plain" and "carrying": (owner, name, operation) of the operations that pass products on
+class Hooks:
+    """What every wrapper shares: the count, the interpreter's own operations they stand for (and how
+    those take their arguments), and the wrappers put in place, which `intact` checks."""
 
-    def in_place():
+    def __init__(self, interpreter):
+        import inspect
+        self.interpreter = interpreter
+        self.builder = interpreter.InterpreterBuilder
+        self.handle_type = interpreter.TensorHandle
+        self.handle_type._products = _NONE     # what a handle carries unless an operation gave it more
+        self.count = Count()
+        self.originals = {name: vars(self.builder)[name] for name in WRAPPED}
+        self.signatures = {name: inspect.signature(operation) for name, operation in self.originals.items()}
+        self.wrappers = {}
+
+    def put(self, owner, name, wrapper):
+        wrapper.__name__ = wrapper.__qualname__ = name
+        setattr(owner, name, wrapper)
+        self.wrappers[(owner, name)] = wrapper
+
+    def in_place(self):
         """Whether every wrapper is in place now."""
-        return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in wrappers.items())
+        return all(owner.__dict__.get(name) is wrapper for (owner, name), wrapper in self.wrappers.items())
 
-    def watched():
+    def watched(self):
         """Called by every wrapper, every time: a wrapper found missing while another runs (one
         replaced during a call, put back before it returns) is noted for good."""
-        if not in_place():
-            state["replaced"] = True
+        if not self.in_place():
+            self.count.replaced = True
 
-    def reach(self, ptrs, mask, what):
+    def leading(self, name, builder, args, kwargs, count):
+        """The first `count` parameters of the interpreter's operation `name` as this call gives them.
+        The wrappers take the arguments the interpreter passes, by position or by keyword (a
+        descriptor's load passes cache_policy and is_volatile by keyword), read the leading ones they
+        count, and pass them all on as they came."""
+        if len(args) >= count:
+            return args[:count]
+        bound = self.signatures[name].bind(builder, *args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())[1:count + 1]
+
+    def carried(self, value):
+        """The products a value carries (a handle, a tl.tensor, a tuple or list of them)."""
+        if type(value) is self.handle_type:
+            return value._products
+        if isinstance(value, (tuple, list)):
+            return _NONE.union(*(self.carried(item) for item in value))
+        return getattr(getattr(value, "handle", None), "_products", _NONE)
+
+    def carry(self, out, products):
+        """Add `products` to what each handle of `out` carries."""
+        handle_type = self.handle_type
+        for item in out if isinstance(out, (tuple, list)) else (out,):
+            handle = item if type(item) is handle_type else getattr(item, "handle", None)
+            if type(handle) is handle_type:
+                handle._products = handle._products | products
+
+
+def _memory(hooks):
+    """The wrappers of the four builder operations through which every load, store and atomic reaches
+    memory (COUNTED): held to the launch's tensors (OutOfBounds), counted while a call is."""
+    import numpy as np
+    count, original = hooks.count, hooks.originals
+    element_type = hooks.interpreter._get_np_dtype
+
+    def reach(ptrs, mask, what):
         """Raise OutOfBounds when an unmasked lane of ptrs lies outside every launched tensor; the
         addresses of the unmasked lanes otherwise."""
         where = np.asarray(ptrs.data, dtype=np.uint64)
         lanes = where[np.broadcast_to(np.asarray(mask.data, dtype=bool), where.shape)] if mask is not None else where
-        ranges = state["ranges"]
         if lanes.size == 0:
             return lanes.ravel()
-        size = np.dtype(interpreter._get_np_dtype(ptrs.get_element_ty())).itemsize
+        size = np.dtype(element_type(ptrs.get_element_ty())).itemsize
         inside = np.zeros(lanes.shape, dtype=bool)
-        for low, high in ranges:
+        for low, high in count.ranges:
             inside |= (lanes >= np.uint64(low)) & (lanes + np.uint64(size) <= np.uint64(high))
         if not inside.all():
             outside = int((~inside).sum())
-            raise OutOfBounds(f"{what} of program {state['program']} reaches {outside} element(s) outside every "
+            raise OutOfBounds(f"{what} of program {count.program} reaches {outside} element(s) outside every "
                               f"tensor passed to the kernel: a lane past the end of a tensor that no mask covers")
         return lanes.ravel()
-
-    # The wrappers take the arguments the interpreter passes, by position or by keyword (a descriptor's
-    # load passes cache_policy and is_volatile by keyword), read the leading ones they count, and pass
-    # them all on as they came.
-    signatures = {name: inspect.signature(operation) for name, operation in originals.items()}
-
-    def leading(name, self, args, kwargs, count):
-        """The first `count` parameters of the interpreter's operation `name` as this call gives them."""
-        if len(args) >= count:
-            return args[:count]
-        bound = signatures[name].bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        return tuple(bound.arguments.values())[1:count + 1]
-
-    def create_masked_load(self, *args, **kwargs):
-        watched()
-        ptrs, mask = leading("create_masked_load", self, args, kwargs, 2)
-        lanes = reach(self, ptrs, mask, "tl.load")
-        if state["counting"]:
-            state["addressed"] += int(lanes.size)
-            state["idle_loads"] += int(lanes.size == 0 and np.size(ptrs.data) > 0)
-            state["read"].append(lanes)
-        return originals["create_masked_load"](self, *args, **kwargs)
 
     def lanes_of(value, ptrs, mask):
         """The value's elements at the unmasked lanes, in the order reach() gives their addresses."""
         data = np.broadcast_to(np.asarray(value.data), np.shape(ptrs.data))
         return data[np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)] if mask is not None else data.ravel()
 
-    def write(self, ptrs, value, mask, what, adds=False):
+    def write(ptrs, value, mask, what, adds=False):
         """A store's or atomic's unmasked lanes: held to the launch's tensors, and noted while counting
         (with the products whose results the stored value carries: none when it adds only zeros, which
         change nothing).  A store's values are kept, so that what the call returns can be held to them."""
-        watched()
-        lanes = reach(self, ptrs, mask, what)
-        if state["counting"]:
+        hooks.watched()
+        lanes = reach(ptrs, mask, what)
+        if count.counting:
             values = lanes_of(value, ptrs, mask)
             if not (adds and values.size and not np.any(values)):
-                state["stored_products"] |= carried(value) | state["routed"]
+                count.stored_products |= hooks.carried(value) | count.routed
             kept = None if adds or what != "tl.store" else np.ascontiguousarray(values).view(f"u{values.itemsize}").copy()
-            state["stored"].append((lanes, kept))   # the bits each lane stored (bfloat16 is uint16 here)
+            count.stored.append((lanes, kept))   # the bits each lane stored (bfloat16 is uint16 here)
+
+    def create_masked_load(self, *args, **kwargs):
+        hooks.watched()
+        ptrs, mask = hooks.leading("create_masked_load", self, args, kwargs, 2)
+        lanes = reach(ptrs, mask, "tl.load")
+        if count.counting:
+            count.addressed += int(lanes.size)
+            count.idle_loads += int(lanes.size == 0 and np.size(ptrs.data) > 0)
+            count.read.append(lanes)
+        return original["create_masked_load"](self, *args, **kwargs)
 
     def create_masked_store(self, *args, **kwargs):
-        ptrs, value, mask = leading("create_masked_store", self, args, kwargs, 3)
-        write(self, ptrs, value, mask, "tl.store")
-        return originals["create_masked_store"](self, *args, **kwargs)
+        ptrs, value, mask = hooks.leading("create_masked_store", self, args, kwargs, 3)
+        write(ptrs, value, mask, "tl.store")
+        return original["create_masked_store"](self, *args, **kwargs)
 
     # Atomic operations read and write memory too: held to the same bounds, their writes noted (what
     # they leave there is not theirs alone: their values are not kept).
     def create_atomic_rmw(self, *args, **kwargs):
-        operation, ptrs, value, mask = leading("create_atomic_rmw", self, args, kwargs, 4)
-        write(self, ptrs, value, mask, "an atomic operation", adds="ADD" in str(operation).upper())
-        return originals["create_atomic_rmw"](self, *args, **kwargs)
+        operation, ptrs, value, mask = hooks.leading("create_atomic_rmw", self, args, kwargs, 4)
+        write(ptrs, value, mask, "an atomic operation", adds="ADD" in str(operation).upper())
+        return original["create_atomic_rmw"](self, *args, **kwargs)
 
     def create_atomic_cas(self, *args, **kwargs):
-        ptrs, _, value = leading("create_atomic_cas", self, args, kwargs, 3)
-        write(self, ptrs, value, None, "tl.atomic_cas")
-        return originals["create_atomic_cas"](self, *args, **kwargs)
+        ptrs, _, value = hooks.leading("create_atomic_cas", self, args, kwargs, 3)
+        write(ptrs, value, None, "tl.atomic_cas")
+        return original["create_atomic_cas"](self, *args, **kwargs)
+
+    return {"create_masked_load": create_masked_load, "create_masked_store": create_masked_store,
+            "create_atomic_rmw": create_atomic_rmw, "create_atomic_cas": create_atomic_cas}
+
+
+def _arithmetic(hooks):
+    """The wrappers of the products (tl.dot, an element-wise multiply, tl.fma): their FLOPs noted, and
+    carried by their results until a store takes them (flops counts only those)."""
+    import numpy as np
+    count, original = hooks.count, hooks.originals
 
     def product(out, flops, *factors, added=()):
         """Note a product's FLOPs; its result carries them, with what its operands carried, until a store.
         A factor that is all zeros makes a result that depends on none of them: it carries only what is
         added to it (an fma's or a dot's accumulator)."""
-        state["flops"] += flops
-        made = state["products"]
-        made[len(made)] = flops
+        count.flops += flops
+        count.products[len(count.products)] = flops
         if any(not np.any(np.asarray(factor.data)) for factor in factors):
-            out._products = _NONE.union(*(carried(operand) for operand in added))
+            out._products = _NONE.union(*(hooks.carried(operand) for operand in added))
         else:
-            out._products = frozenset((len(made) - 1,)).union(*(carried(operand) for operand in (*factors, *added)))
+            out._products = frozenset((len(count.products) - 1,)).union(
+                *(hooks.carried(operand) for operand in (*factors, *added)))
         return out
 
     def create_dot(self, *args, **kwargs):
-        watched()
-        out = originals["create_dot"](self, *args, **kwargs)
-        if state["counting"]:
-            a, b, d = leading("create_dot", self, args, kwargs, 3)
+        hooks.watched()
+        out = original["create_dot"](self, *args, **kwargs)
+        if count.counting:
+            a, b, d = hooks.leading("create_dot", self, args, kwargs, 3)
             m, k = np.shape(a.data)[-2:]
             product(out, 2 * int(np.prod(np.shape(a.data)[:-2], dtype=np.int64)) * int(m) * int(k)
                     * int(np.shape(b.data)[-1]), a, b, added=(d,))
         return out
 
     def create_fmul(self, *args, **kwargs):
-        watched()
-        out = originals["create_fmul"](self, *args, **kwargs)
-        if state["counting"]:
-            product(out, 2 * int(np.asarray(out.data).size), *leading("create_fmul", self, args, kwargs, 2))
+        hooks.watched()
+        out = original["create_fmul"](self, *args, **kwargs)
+        if count.counting:
+            product(out, 2 * int(np.asarray(out.data).size), *hooks.leading("create_fmul", self, args, kwargs, 2))
         return out
 
     def create_fma(self, *args, **kwargs):
-        watched()
-        out = originals["create_fma"](self, *args, **kwargs)
-        if state["counting"]:
-            a, b, c = leading("create_fma", self, args, kwargs, 3)
+        hooks.watched()
+        out = original["create_fma"](self, *args, **kwargs)
+        if count.counting:
+            a, b, c = hooks.leading("create_fma", self, args, kwargs, 3)
             product(out, 2 * int(np.asarray(out.data).size), a, b, added=(c,))
         return out
 
+    return {"create_dot": create_dot, "create_fmul": create_fmul, "create_fma": create_fma}
+
+
+def _launch(hooks):
+    """The wrappers of a launch and what it runs: the grid's programs counted, the launched tensors'
+    memory noted for the bounds (GridExecutor.__call__), a kernel's body held to what Triton's GPU
+    compiler accepts before it first runs (InterpretedFunction.run), and a @triton.jit function called
+    inside a kernel (InterpretedFunction.__call__).  {(owner, name): wrapper}."""
+    import gpu_compiler
+    interpreter, count = hooks.interpreter, hooks.count
+    original_grid, launch = hooks.originals["set_grid_idx"], interpreter.GridExecutor.__call__
+    run = interpreter.InterpretedFunction.run
+
     def set_grid_idx(self, *args, **kwargs):
-        watched()
-        state["program"] = tuple(leading("set_grid_idx", self, args, kwargs, 3))
-        if state["counting"]:
-            state["programs"] += 1
-        return originals["set_grid_idx"](self, *args, **kwargs)
+        hooks.watched()
+        count.program = tuple(hooks.leading("set_grid_idx", self, args, kwargs, 3))
+        if count.counting:
+            count.programs += 1
+        return original_grid(self, *args, **kwargs)
 
     def tensors_in(value):
         """The tensors a launch argument hands the kernel: itself, those in a tuple or list, a host-side
@@ -372,59 +447,35 @@ def _install():
         for tensor in tensors:
             storage = tensor.untyped_storage()
             ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-        outer = state["ranges"]
-        state["ranges"] = ranges
-        if state["counting"]:
-            state["launches"] += 1
-            state["launched"].update(tensor.untyped_storage().data_ptr() for tensor in tensors)
+        outer, count.ranges = count.ranges, ranges
+        if count.counting:
+            count.launches += 1
+            count.launched.update(tensor.untyped_storage().data_ptr() for tensor in tensors)
         try:
             return launch(self, *args, **kwargs)
         finally:
-            state["ranges"] = outer
+            count.ranges = outer
 
-    # Deny by default: an operation of the interpreter that reaches memory itself and is not counted above
-    # (a Triton other than the one this was written for) is refused where a kernel uses it.
-    for qualified, operation in memory_operations(interpreter, interpreter._interpreter).items():
-        owner, name = qualified.split(".", 1) if "." in qualified else ("", qualified)
-        if owner == "InterpreterBuilder" and name in COUNTED:
-            continue
-        if owner != "InterpreterBuilder":
-            raise Uncounted(f"Triton's interpreter reaches memory in {qualified}, outside the builder operations "
-                            "the grader counts: the kernel track cannot count this Triton's kernels")
-        setattr(builder, name, refusal(name))
-        wrappers[(builder, name)] = vars(builder)[name]
+    def interpreted_run(self, *args, grid, warmup, **kwargs):
+        hooks.watched()
+        if not warmup:
+            gpu_compiler.check(self, args, kwargs)   # the body must be Triton that a GPU compiles
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-    # An operation that reaches memory through the counted ones may hand them new handles made from its
-    # arguments (a descriptor's scatter stores row by row): while it runs, what its arguments carry is
-    # carried by whatever it stores; its result carries it too, as any operation's does.
-    def routing(operation):
-        def wrapper(self, *args, **kwargs):
-            watched()
-            outer = state["routed"]
-            given = carried(args) | carried(tuple(kwargs.values()))
-            state["routed"] = outer | given
-            try:
-                out = operation(self, *args, **kwargs)
-            finally:
-                state["routed"] = outer
-            if given:
-                carry(out, given)
-            return out
-        wrapper.__name__ = wrapper.__qualname__ = operation.__name__
-        return wrapper
+    return {(hooks.builder, "set_grid_idx"): set_grid_idx, (interpreter.GridExecutor, "__call__"): grid_executor_call,
+            (interpreter.InterpretedFunction, "run"): interpreted_run,
+            (interpreter.InterpretedFunction, "__call__"): _device_call(hooks)}
 
-    for name in routed_operations(builder):
-        setattr(builder, name, routing(vars(builder)[name]))
-        wrappers[(builder, name)] = vars(builder)[name]
 
-    # The interpreter patches triton.language again at every call of a @triton.jit function inside a
-    # kernel (tl.max, tl.sum: once a program), and never undoes it: most of a small kernel's time.  The
-    # patches it made at a call are noted; while every one of them is still in place, a later call of
-    # a function with the same globals patches nothing again (the same patches, already made).
-    patched = {}
+def _device_call(hooks):
+    """A @triton.jit function called inside a kernel.  The interpreter patches triton.language again at
+    every such call (tl.max, tl.sum: once a program), and never undoes it: most of a small kernel's
+    time.  The patches it made at a call are noted; while every one of them is still in place, a later
+    call of a function with the same globals patches nothing again (the same patches, already made)."""
+    interpreter, patched = hooks.interpreter, {}
 
     def device_call(self, *args, **kwargs):
-        watched()
+        hooks.watched()
         made = patched.get(id(self.fn.__globals__))
         if made is None or not all(owner.__dict__.get(name) is value for owner, name, value in made):
             scope = interpreter._patch_lang(self.fn)
@@ -436,100 +487,139 @@ def _install():
             return fn(*args, **kwargs)
         except Exception as error:
             raise interpreter.InterpreterError(repr(error)) from error
+    return device_call
 
-    # Every other operation's result carries the products its operands carried (a product counts in
-    # `flops` only if a store takes a value that carries it), as do the interpreter's reductions.
-    handle_type = interpreter.TensorHandle
-    handle_type._products = _NONE     # what a handle carries unless an operation gave it more
 
-    def carried(value):
-        if type(value) is handle_type:
-            return value._products
-        if isinstance(value, (tuple, list)):
-            return _NONE.union(*(carried(item) for item in value))
-        return getattr(getattr(value, "handle", None), "_products", _NONE)   # a tl.tensor
+def _refused(hooks):
+    """Deny by default: an operation of the interpreter that reaches memory itself and is not counted
+    (a Triton other than the one this was written for) is refused where a kernel uses it, and one
+    outside the builder stops the installation.  {name: refusal} on the builder."""
+    refused = {}
+    for qualified in memory_operations(hooks.interpreter, hooks.interpreter._interpreter):
+        owner, name = qualified.split(".", 1) if "." in qualified else ("", qualified)
+        if owner == "InterpreterBuilder" and name in COUNTED:
+            continue
+        if owner != "InterpreterBuilder":
+            raise Uncounted(f"Triton's interpreter reaches memory in {qualified}, outside the builder operations "
+                            "the grader counts: the kernel track cannot count this Triton's kernels")
+        refused[name] = refusal(name)
+    return refused
 
-    def carry(out, products):
-        for item in out if isinstance(out, (tuple, list)) else (out,):
-            handle = item if type(item) is handle_type else getattr(item, "handle", None)
-            if type(handle) is handle_type:
-                handle._products = handle._products | products
 
-    def carrying(operation):
-        if operation.__name__ == "<lambda>" and operation is vars(builder).get("create_select"):
-            return selecting(operation)
+def _routing(hooks, operation):
+    """An operation that reaches memory through the counted ones may hand them new handles made from its
+    arguments (a descriptor's scatter stores row by row): while it runs, what its arguments carry is
+    carried by whatever it stores; its result carries it too, as any operation's does."""
+    count = hooks.count
 
-        def wrapper(*args, **kwargs):
-            out = operation(*args, **kwargs)
-            products = _NONE
-            for arg in args[1:]:    # (the first is the builder, or the reduction)
-                found = arg._products if type(arg) is handle_type else carried(arg)
-                if found:
-                    products = products | found
-            if kwargs:
-                products = products | carried(tuple(kwargs.values()))
-            if products:
-                carry(out, products)
-            return out
-        wrapper.__name__ = wrapper.__qualname__ = operation.__name__
-        return wrapper
+    def routing(self, *args, **kwargs):
+        hooks.watched()
+        outer = count.routed
+        given = hooks.carried(args) | hooks.carried(tuple(kwargs.values()))
+        count.routed = outer | given
+        try:
+            out = operation(self, *args, **kwargs)
+        finally:
+            count.routed = outer
+        if given:
+            hooks.carry(out, given)
+        return out
+    return routing
 
-    def selecting(operation):
-        """tl.where: the result carries what its condition carries, and each branch's products only where
-        some lane chooses that branch."""
-        def create_select(self, cond, lhs, rhs):
-            out = operation(self, cond, lhs, rhs)
-            chosen = np.broadcast_to(np.asarray(cond.data, dtype=bool), np.shape(out.data))
-            products = carried(cond)
-            if chosen.any():
-                products = products | carried(lhs)
-            if not chosen.all():
-                products = products | carried(rhs)
-            if products:
-                carry(out, products)
-            return out
-        return create_select
 
-    # Put in place for a counted call only (Tally), so that no other call pays for them.
-    operations = [(builder, name, operation) for name, operation in list(vars(builder).items())
-                  if name.startswith("create_") and name not in originals and (builder, name) not in wrappers
-                  and callable(operation)]
-    operations.append((interpreter.ReduceScanOpInterface, "apply", interpreter.ReduceScanOpInterface.apply))
-    carrying_sets.update({"plain": operations,
-                      "carrying": [(owner, name, carrying(operation)) for owner, name, operation in operations]})
+def _carrying(hooks):
+    """Every other operation's result carries the products its operands carried (a product counts in
+    `flops` only if a store takes a value that carries it), as do the interpreter's reductions.  These
+    wrappers are put in place for a counted call only (Tally), so that no other call pays for them:
+    ([(owner, name, operation)], [(owner, name, its carrying wrapper)])."""
+    interpreter, builder = hooks.interpreter, hooks.builder
+    plain = [(builder, name, operation) for name, operation in list(vars(builder).items())
+             if name.startswith("create_") and name not in hooks.originals and (builder, name) not in hooks.wrappers
+             and callable(operation)]
+    plain.append((interpreter.ReduceScanOpInterface, "apply", interpreter.ReduceScanOpInterface.apply))
+    return plain, [(owner, name, _carrier(hooks, operation)) for owner, name, operation in plain]
 
-    def interpreted_run(self, *args, grid, warmup, **kwargs):
-        watched()
-        if not warmup:
-            gpu_compiler.check(self, args, kwargs)   # the body must be Triton that a GPU compiles
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-    for name, wrapper in (("create_masked_load", create_masked_load), ("create_masked_store", create_masked_store),
-                          ("create_dot", create_dot), ("create_fmul", create_fmul), ("set_grid_idx", set_grid_idx),
-                          ("create_atomic_rmw", create_atomic_rmw), ("create_atomic_cas", create_atomic_cas),
-                          ("create_fma", create_fma)):
-        wrapper.__name__ = wrapper.__qualname__ = name
-        setattr(builder, name, wrapper)
-        wrappers[(builder, name)] = wrapper
-    grid_executor_call.__name__ = grid_executor_call.__qualname__ = "__call__"
-    interpreter.GridExecutor.__call__ = grid_executor_call
-    wrappers[(interpreter.GridExecutor, "__call__")] = grid_executor_call
-    interpreted_run.__name__ = interpreted_run.__qualname__ = "run"
-    interpreter.InterpretedFunction.run = interpreted_run
-    wrappers[(interpreter.InterpretedFunction, "run")] = interpreted_run
-    device_call.__name__ = device_call.__qualname__ = "__call__"
-    interpreter.InterpretedFunction.__call__ = device_call
-    wrappers[(interpreter.InterpretedFunction, "__call__")] = device_call
+def _carrier(hooks, operation):
+    """operation, its result carrying what its operands carry (tl.where: _selecting)."""
+    if operation.__name__ == "<lambda>" and operation is vars(hooks.builder).get("create_select"):
+        return _selecting(hooks, operation)
+    handle_type, carried, carry = hooks.handle_type, hooks.carried, hooks.carry
+
+    def wrapper(*args, **kwargs):
+        out = operation(*args, **kwargs)
+        products = _NONE
+        for arg in args[1:]:    # (the first is the builder, or the reduction)
+            found = arg._products if type(arg) is handle_type else carried(arg)
+            if found:
+                products = products | found
+        if kwargs:
+            products = products | carried(tuple(kwargs.values()))
+        if products:
+            carry(out, products)
+        return out
+    wrapper.__name__ = wrapper.__qualname__ = operation.__name__
+    return wrapper
+
+
+def _selecting(hooks, operation):
+    """tl.where: the result carries what its condition carries, and each branch's products only where
+    some lane chooses that branch."""
+    import numpy as np
+
+    def create_select(self, cond, lhs, rhs):
+        out = operation(self, cond, lhs, rhs)
+        chosen = np.broadcast_to(np.asarray(cond.data, dtype=bool), np.shape(out.data))
+        products = hooks.carried(cond)
+        if chosen.any():
+            products = products | hooks.carried(lhs)
+        if not chosen.all():
+            products = products | hooks.carried(rhs)
+        if products:
+            hooks.carry(out, products)
+        return out
+    return create_select
+
+
+def _install():
+    """Put the wrappers in place (memory, arithmetic, the launch; the refusals and the routing of the
+    deny by default; the carrying ones, switched on per counted call).  Returns (begin, end, intact)
+    for Tally."""
+    from triton.runtime import interpreter
+
+    # The interpreter checks every int32 sum and product for overflow by default; a kernel compiled for
+    # a GPU does not (outside Triton's debug mode). Without the check the kernels run as they would
+    # there, and about a quarter faster.
+    shared = interpreter.interpreter_builder
+    shared.options = dataclasses.replace(shared.options, sanitize_overflow=False)
+    hooks = Hooks(interpreter)
+    launching = _launch(hooks)                        # taken before any wrapper is in place
+    for name, refused in _refused(hooks).items():
+        hooks.put(hooks.builder, name, refused)
+    for name in routed_operations(hooks.builder):
+        hooks.put(hooks.builder, name, _routing(hooks, vars(hooks.builder)[name]))
+    plain, carrying = _carrying(hooks)
+    for name, wrapper in {**_memory(hooks), **_arithmetic(hooks)}.items():
+        hooks.put(hooks.builder, name, wrapper)
+    for (owner, name), wrapper in launching.items():
+        hooks.put(owner, name, wrapper)
+    return _tallying(hooks, plain, carrying)
+
+
+def _tallying(hooks, plain, carrying):
+    """(begin, end, intact): a counted call's start and end, and whether the wrappers stayed whole."""
+    import numpy as np
+    count = hooks.count
 
     def switch_carrying(on):
-        for owner, name, operation in carrying_sets.get("carrying" if on else "plain", ()):
+        for owner, name, operation in carrying if on else plain:
             setattr(owner, name, operation)
 
     def begin():
-        start = {name: state[name] for name in FIELDS}
-        state["read"], state["stored"], state["products"], state["stored_products"] = [], [], {}, set()
-        state["launched"] = set()
-        state["counting"] = True
+        start = {name: getattr(count, name) for name in FIELDS}
+        count.read, count.stored, count.products, count.stored_products = [], [], {}, set()
+        count.launched = set()
+        count.counting = True
         switch_carrying(True)
         return start
 
@@ -538,26 +628,26 @@ def _install():
         results reached a store; flops_made, every product made; written, the addresses stored to;
         launched, the storages the kernels were launched on; stored, the last value a tl.store left at
         each address it wrote ({address: value}; an atomic's address maps to None)."""
-        state["counting"] = False
+        count.counting = False
         switch_carrying(False)
-        counts = {name: state[name] - start[name] for name in FIELDS}
+        counts = {name: getattr(count, name) - start[name] for name in FIELDS}
         counts["flops_made"] = counts["flops"]
-        counts["flops"] = sum(state["products"][index] for index in state["stored_products"])
-        state["products"], state["stored_products"] = {}, set()
-        read, written = state["read"], [lanes for lanes, _ in state["stored"]]   # stores' and atomics' lanes
+        counts["flops"] = sum(count.products[index] for index in count.stored_products)
+        count.products, count.stored_products = {}, set()
+        read, written = count.read, [lanes for lanes, _ in count.stored]   # stores' and atomics' lanes
         counts["distinct"] = int(np.unique(np.concatenate(read)).size) if read else 0
         written = np.unique(np.concatenate(written)) if written else np.zeros(0, dtype=np.uint64)
-        state["read"] = []
-        launched, state["launched"] = state["launched"], set()
+        count.read = []
+        launched, count.launched = count.launched, set()
         stored = {}
-        for lanes, values in state["stored"]:
+        for lanes, values in count.stored:
             stored.update(zip(lanes.tolist(), values.tolist() if values is not None else [None] * lanes.size))
-        state["stored"] = []
+        count.stored = []
         return counts, written, launched, stored
 
     def intact():
         """Whether every wrapper is in place and none was ever seen replaced."""
-        return in_place() and not state["replaced"]
+        return hooks.in_place() and not count.replaced
 
     return begin, end, intact
 
