@@ -109,10 +109,20 @@ class Grader:
                 return not_graded(part, f"the notebook could not be run: {error}")
             sandbox = sandbox or self.worker.sandbox   # started afresh for this submission
             loaded = time.monotonic()
-            student = Student(process, [e.id for e in notebook.exercises if e.from_scratch],
-                              device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
-                              variant=variant, others=others, values_shown=assignment.feedback_values_shown(now))
-            outcomes = self.suites.run(part.exercises, student, reference)            # 5
+            def as_student(running):
+                return Student(running, [e.id for e in notebook.exercises if e.from_scratch],
+                               device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
+                               variant=variant, others=others, values_shown=assignment.feedback_values_shown(now))
+
+            def course_answers():   # the solution notebook as a submission: whose an error inside the grader is
+                answers = StudentProcess(self.worker, load_program(self.course.source_notebook(assignment, notebook),
+                                                                   None, instructor).cells,
+                                         assignment.limits, assignment.kernels,
+                                         self.course.uses_compiler_stack(assignment), files)
+                answers.start()
+                return as_student(answers)
+            student = as_student(process)
+            outcomes = self.suites.run(part.exercises, student, reference, course_answers)   # 5
             checked = time.monotonic()
         finally:
             process.close()
@@ -120,13 +130,19 @@ class Grader:
             raise WorkerError("it died while the hidden checks ran, and was started again")
         for internal in self.suites.internal_errors:
             log.error("grader error while grading %s:\n%s", path, internal)
+        for charged in self.suites.charged:   # the course's own answers pass: the submission's reply raised it
+            log.warning("a hidden check raised inside the grader on %s's reply alone (charged to it):\n%s",
+                        path, charged)
         if self.suites.internal_errors:   # a check that failed inside the grader is no verdict on the work
             return grader_failed(part, f"{len(self.suites.internal_errors)} hidden check(s) raised inside the grader "
                                        "(the tracebacks are in grader.log)")
         flag = rules.internals_flag(program, part.exercises)
         broken = rules.broken_rules(part.exercises, student, flag)                    # 6
         result = score_notebook(part, outcomes, process.cell_reports, broken)        # 7
-        result.flags = [f"{notebook.filename}: {line}" for line in ([flag] if flag else []) + student.flags]
+        charged = [f"{len(self.suites.charged)} hidden check(s) raised inside the grader on this submission's replies "
+                   "alone (the course's answers pass them) and count as failed: the tracebacks are in grader.log"]
+        result.flags = [f"{notebook.filename}: {line}" for line in ([flag] if flag else []) + student.flags
+                        + (charged if self.suites.charged else [])]
         result.load_seconds, result.suite_seconds = loaded - process.started, checked - loaded
         return result
 

@@ -171,3 +171,73 @@ def test_values_wait_until_no_hand_in_and_no_check_can_use_them():
         never = replace(base, late_policy=endless)
         assert never.answers_final is None and not never.feedback_values_shown(due + timedelta(days=3650))
     assert replace(base, due=None).answers_final is None
+
+
+# -- a student's own exception: feedback names its type and the student's line, never its text ----------
+
+LEAKING = '''
+import torch
+
+def attention(q, k, v):
+    raise ValueError(f"{q.tolist()} {k} {float(v.sum()):.9f}")
+
+def own_class(q, k, v):
+    raise type("Leak" + str(int(abs(float(q.sum())) * 10**6)), (Exception,), {})(repr(q))
+
+def torch_error(q, k, v):
+    return q @ k[..., :3].T
+'''
+HIDDEN_PROBE = '''
+import torch
+
+from autograder.suites.helpers.common import crash_hint, qkv
+
+
+def test_plain(student):
+    student.call("attention", *qkv((), seed=123))
+
+
+def test_own_class(student):
+    student.call("own_class", *qkv((), seed=123))
+
+
+def test_through_a_crash_hint(student):
+    with crash_hint("Use k.transpose(-2, -1)."):
+        student.call("torch_error", *qkv((), seed=123))
+'''
+
+
+def hidden_values(tensors):
+    """Every way an element or a sum of the hidden inputs may be printed (4 significant digits and more)."""
+    values = [float(x) for tensor in tensors for x in tensor.flatten()] + [float(t.sum()) for t in tensors]
+    return {text for value in values for text in (f"{value:.4f}", f"{abs(value):.4f}"[1:], str(int(abs(value) * 10**6)))
+            if len(text.strip("0.-")) >= 3}
+
+
+def test_feedback_on_an_exception_holds_none_of_the_hidden_inputs_in_its_message(tmp_path):
+    """A function that raises with its hidden inputs in the message, or in the name of a class it makes, gets
+    feedback with the exception's type and its own line of code, and none of their values."""
+    from autograder.course import Exercise, Limits
+    from autograder.harness.context import Student
+    from autograder.harness.plugin import with_suites
+    from autograder.sandbox.student import Cell, StudentProcess, Worker
+    from autograder.suites.helpers.common import qkv
+
+    suite = tmp_path / "test_probe.py"
+    suite.write_text(HIDDEN_PROBE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    exercise = Exercise("probe", "probe", suite, {"test_plain": 1, "test_own_class": 1, "test_through_a_crash_hint": 1})
+    limits = Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)
+    with Worker(limits) as worker:
+        worker.start()
+        with StudentProcess(worker, [Cell("probe", LEAKING)], limits) as process:
+            outcomes = with_suites([exercise], lambda session: session.run([exercise], Student(process), {}))
+    messages = {test: outcome.message for (_, test), outcome in outcomes.items()}
+    leaked = hidden_values(qkv((), seed=123))
+    for test, message in messages.items():
+        assert not [value for value in leaked if value in message], (test, message)
+        assert not re.search(r"Leak\d|tensor\(", message), message
+    assert messages["test_plain"].startswith("Your code raised ValueError.") and "probe, line 5" in messages["test_plain"]
+    assert "an exception of its own class" in messages["test_own_class"]
+    assert "RuntimeError (a mismatch of shapes" in messages["test_through_a_crash_hint"]
+    assert "Likely cause: Use k.transpose(-2, -1)." in messages["test_through_a_crash_hint"]

@@ -8,6 +8,7 @@ turn; after each attack a canary (the reference solution) must still get full ma
 
 import csv
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -323,3 +324,82 @@ def test_reported_losses_are_checked_against_the_returned_model(class_of_attacks
     # Neither trains: each earns only "one float per step"; the liar's invented, falling losses are
     # not believed, so lying gains nothing over the honest idle loop.
     assert train_model_score("liar") == train_model_score("honest_idle") == 1
+
+
+# -- whose fault an error inside the grader is: decided by the course's own answers, not by a type -------
+
+READS_A_ROW = '''
+def test_reads_the_fourth_element(student):
+    row = student.call("f")["output"]
+    if row[3] != 3:          # the grader's own code indexes the reply: an IndexError here is someone's
+        from autograder.harness.checks import Feedback
+        raise Feedback("The fourth element is not 3.")
+'''
+
+
+SUITES = itertools.count()
+
+
+class Replying:
+    """A student as the suites see it, answering every call with `output` (or raising `error`)."""
+    process = None
+    exercise = None
+
+    def __init__(self, output=None, error=None):
+        self.output, self.error = output, error
+
+    def call(self, name, *args, **kwargs):
+        if self.error is not None:
+            raise self.error
+        return {"output": self.output}
+
+
+def outcome_of(tmp_path, student, answers):
+    from autograder.course import Exercise
+    from autograder.harness.plugin import with_suites
+    suite = tmp_path / f"test_row_{next(SUITES)}.py"   # a module name of its own: pytest imports each once
+    suite.write_text(READS_A_ROW)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    exercise = Exercise("row", "row", suite, {"test_reads_the_fourth_element": 1})
+    started = []
+
+    def course_answers():
+        started.append(answers)
+        return answers
+    session = {}
+
+    def body(suites):
+        session["outcomes"] = suites.run([exercise], student, {}, course_answers if answers else None)
+        session["internal"], session["charged"] = list(suites.internal_errors), list(suites.charged)
+    with_suites([exercise], body)
+    (outcome,) = session["outcomes"].values()
+    return outcome, session, started
+
+
+@pytest.mark.parametrize("error", ["AssertionError", "AttributeError", "RuntimeError", "WorkerError", "Feedback"])
+def test_a_grader_looking_exception_raised_by_student_code_is_the_students(tmp_path, error):
+    """Whatever the exception's name or traceback, an error the student's process reports is the student's
+    failure: never a grader fault, and the course's answers are not even asked."""
+    from autograder.sandbox.student import StudentError
+    raised = StudentError(error, "internal error in autograder/harness/plugin.py",
+                          'File "/sandbox/autograder/harness/plugin.py", line 1, in run\n')
+    outcome, session, started = outcome_of(tmp_path, Replying(error=raised), Replying([0, 1, 2, 3]))
+    assert not outcome.passed and not outcome.internal and not session["internal"] and not started
+    assert "plugin.py" not in outcome.message
+
+
+def test_a_reply_that_makes_the_graders_code_raise_is_the_students_when_the_course_answers_pass(tmp_path):
+    """A reply of another form (a list too short to index) raises inside the grader's own code: the course's
+    answers pass the same check, so the test fails (no grader fault, nothing held back), and the instructor is
+    told."""
+    outcome, session, started = outcome_of(tmp_path, Replying([0, 1]), Replying([0, 1, 2, 3]))
+    assert started and not outcome.passed and not outcome.internal and "not of the form" in outcome.message
+    assert not session["internal"] and len(session["charged"]) == 1 and "IndexError" in session["charged"][0]
+
+
+def test_an_error_that_the_course_answers_cause_too_is_the_graders(tmp_path):
+    outcome, session, _ = outcome_of(tmp_path, Replying([0, 1]), Replying([0, 1]))
+    assert outcome.internal and len(session["internal"]) == 1 and not session["charged"]
+    # without the course's answers to ask, it stays the grader's, as before
+    outcome, session, _ = outcome_of(tmp_path, Replying([0, 1]), None)
+    assert outcome.internal and len(session["internal"]) == 1

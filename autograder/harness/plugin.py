@@ -8,6 +8,8 @@ has submissions.  Tests ask for two fixtures: `student` (the submission, see con
 with the message the student will see.
 """
 
+import builtins
+import contextvars
 import re
 import traceback
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from autograder.harness.checks import Feedback
-from autograder.sandbox.student import StudentError, StudentFailure, StudentTimeout
+from autograder.sandbox.student import StudentError, StudentFailure, StudentTimeout, WorkerError
 
 
 @dataclass
@@ -38,11 +40,86 @@ NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
 
 
 def missing_name(error):
-    """The undefined name behind a student's NameError ('' for any other failure)."""
+    """The undefined name behind a student's NameError ('' for any other failure), only where the
+    submission's own code (the grader's copy of its cells, CODE) names it: the message is text of the
+    student's process."""
     if isinstance(error, StudentError) and error.kind == "NameError":
         found = NOT_DEFINED.match(error.message)
-        return found.group(1) if found else ""
+        if found and re.search(rf"\b{re.escape(found.group(1))}\b", "\n".join(CODE.get().values())):
+            return found.group(1)
     return ""
+
+
+# What feedback says of an exception raised in the student's process.  Everything that process reports
+# (the exception's message, its type's name, the text of its traceback) is written by code the student
+# controls, and a test calls it with hidden inputs: a message such as f"{q}" would hand them over.  So
+# the feedback quotes none of it: it names the exception's type when that is one of Python's built-in
+# exceptions or a library's below (else "an exception of its own class"), says in a fixed phrase what
+# kind of failure a library's message reports (FAILURES), and shows the lines of the student's code the
+# error passed through, read from the grader's own copy of the cells by the cell and line number the
+# traceback names (CODE).  What is left to the student's choice is which of a few dozen names, phrases
+# and lines a failure shows: as much as passing or failing a test tells, never a value.
+CODE = contextvars.ContextVar("submission_code", default={})   # cell file name -> source, while a run lasts
+KNOWN_KINDS = frozenset(name for name, value in vars(builtins).items()
+                        if isinstance(value, type) and issubclass(value, BaseException)) | {
+    "LinAlgError", "AxisError", "CompilationError", "CompileTimeAssertionFailure", "OutOfResources"}
+# Failures the grader's own code in the student's process reports, by kind: said in the grader's words.
+GRADER_KINDS = {
+    "BuiltinAttentionForbidden": "torch's built-in attention may not be used in this exercise",
+    "OutOfBounds": "a load or store of the kernel reaches elements outside every tensor passed to it (a lane "
+                   "past the end of a tensor that no mask covers)",
+    "Uncounted": "the kernel uses an operation on memory of Triton's interpreter that the grader cannot count "
+                 "(write it with tl.load and tl.store, tensor descriptors or atomics)",
+    "Unsupported": "it returned a value that cannot be sent back (tensors, arrays, numbers, strings, and "
+                   "lists, tuples and dicts of them can)",
+}
+FAILURES = (   # (signs in a library's message, what kind of failure it reports)
+    (("size of tensor", "shapes cannot be multiplied", "must match the size", "shape '[", "mat1 and mat2",
+      "could not be broadcast", "not broadcastable", "expanded size", "matmul: Input operand",
+      "dimension", "out of range", "out of bounds"), "a mismatch of shapes or an index out of range"),
+    (("inplace operation", "in-place operation"), "an in-place operation on a tensor autograd still needs"),
+    (("expected scalar type", "same dtype", "dtype mismatch"), "a mismatch of dtypes"),
+    (("same device",), "tensors on different devices"),
+)
+FRAME = re.compile(r'^\s*File "(<cell [^"]*>)", line (\d+)', re.MULTILINE)
+
+
+def cell_files(cells):
+    """file name -> source of a submission's cells (submission.Cell), named as the sandbox compiles them
+    (handlers.run_cells: "<cell label>", "<cell label #index>" for a label used again)."""
+    files, labels = {}, set()
+    for index, cell in enumerate(cells):
+        files[f"<cell {cell.label} #{index}>" if cell.label in labels else f"<cell {cell.label}>"] = cell.source
+        labels.add(cell.label)
+    return files
+
+
+def code_lines(error, most=3):
+    """The lines of the student's cells the error passed through (the last `most`), read from the grader's
+    copy of the cells: '  cell <label>, line <n>: <code>' each."""
+    code, shown = CODE.get(), []
+    for filename, number in FRAME.findall(error.traceback or ""):
+        lines = code.get(filename, "").splitlines()
+        if 0 < int(number) <= len(lines):
+            shown.append(f"  {filename.strip('<>')}, line {number}: {lines[int(number) - 1].strip()[:160]}")
+    return shown[-most:]
+
+
+def said_of(error):
+    """What the feedback says of an exception of the student's (a StudentError), holding nothing of its
+    message or traceback text (see CODE)."""
+    if error.kind in GRADER_KINDS:
+        head = f"Your code failed: {GRADER_KINDS[error.kind]}"
+    else:
+        known = error.kind in KNOWN_KINDS
+        kind = error.kind if known else "an exception of its own class"
+        what = next((phrase for signs, phrase in FAILURES if any(sign in error.message for sign in signs)), "") \
+            if known else ""
+        name = missing_name(error)
+        head = (f"Your code raised {kind}" + (f": name '{name}' is not defined" if name else "")
+                + (f" ({what})" if what and not name else ""))
+    lines = code_lines(error)
+    return head + (".\n" + "\n".join(lines) if lines else ".")
 
 
 def student_message(error, said=None):
@@ -55,11 +132,15 @@ def student_message(error, said=None):
     if isinstance(error, StudentError):
         if error.kind == "NotImplementedError":
             return "Your code raised NotImplementedError: the stub has not been replaced yet."
-        trace = f"\n{error.traceback.rstrip()}" if error.traceback.strip() else ""
-        return f"Your code raised {error}.{trace}"
+        return said_of(error)
     if isinstance(error, StudentFailure):
         return f"Your code could not be run: {error}."
     return "The grader could not run this check (an internal error); please tell your instructor."
+
+
+# What a test says when an error inside the grader came of the submission's reply (see SuiteSession._settle).
+UNREADABLE = ("This check could not read what your code returned: it is not of the form the exercise asks for "
+              "(the course's own answer passes this check).")
 
 
 class SuiteSession:
@@ -74,6 +155,9 @@ class SuiteSession:
         self._student = self._reference = None
         self.outcomes = {}         # (exercise id, test name) -> Outcome, for the current run
         self.internal_errors = []  # tracebacks for the instructor's log, never for students
+        self.charged = []          # errors inside the grader that the course's answers do not cause (_settle)
+        self.raised = {}           # node id -> (outcome, error) of an error inside the grader, until settled
+        self._answers_of = self._answers = None
         self.said = set()          # the hints shown in the current exercise's feedback: each is said once
 
     @pytest.fixture
@@ -121,10 +205,25 @@ class SuiteSession:
             if callable(getattr(module, "prepare", None)):
                 module.prepare()
 
-    def run(self, exercises, student, reference):
-        """Run the tests of `exercises` against one submission; returns the outcomes."""
+    def run(self, exercises, student, reference, answers=None):
+        """Run the tests of `exercises` against one submission; returns the outcomes.  answers: makes the
+        Student of the course's own answers (see _settle), or None (an error inside the grader is then
+        the grader's)."""
         self._student, self._reference = student, reference
-        self.outcomes, self.internal_errors = {}, []
+        self.outcomes, self.internal_errors, self.charged, self.raised = {}, [], [], {}
+        self._answers_of, self._answers = answers, None
+        code = CODE.set(cell_files(getattr(getattr(student, "process", None), "cells", ())))
+        try:
+            self._run(exercises, student)
+        finally:
+            CODE.reset(code)
+            self._student = self._reference = None
+            if self._answers is not None and callable(getattr(self._answers.process, "close", None)):
+                self._answers.process.close()
+            self._answers = self._answers_of = None
+        return self.outcomes
+
+    def _run(self, exercises, student):
         plan = [(exercise, self.items.get(exercise.id, [])) for exercise in exercises]
         for position, (exercise, items) in enumerate(plan):
             student.exercise = exercise.id
@@ -143,10 +242,51 @@ class SuiteSession:
                 else:
                     following = pending[0] if pending else after
                 item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+                self._settle(item, following)
                 if is_gate and self.outcomes[exercise.id, exercise.gate].refused:
                     pending = list(basic)  # an answer that fails the gate earns its basic tests only
-        self._student = self._reference = None
-        return self.outcomes
+
+    def _settle(self, item, following):
+        """Whose fault an error raised inside the grader while `item` ran is.  Not the exception's type
+        decides (any type can come of a reply the grader's code cannot read), nor anything the student's
+        process says: the test runs again on the course's own answers (the solution notebook, in a
+        process of its own, `answers`), and the error is the grader's only where it comes again there.
+        Where the course's answers pass through the check, what raised was the submission's reply: the
+        test fails, and the instructor is told (`charged`).  A grader that lost its sandbox (WorkerError)
+        is the grader's without a second run."""
+        raised = self.raised.pop(item.nodeid, None)
+        if raised is None:
+            return
+        outcome, error = raised
+        text = f"{item.nodeid}\n" + "".join(traceback.format_exception(error))
+        answers = None if isinstance(error, WorkerError) else self._course_answers()
+        if answers is None or self._again(item, following, answers).internal:
+            self.internal_errors.append(text)
+            return
+        self.charged.append(text)
+        key = self._key(item)
+        if self.outcomes.get(key) is outcome:
+            self.outcomes[key] = Outcome(False, UNREADABLE)
+
+    def _course_answers(self):
+        """The Student of the course's own answers (started once a submission, when first needed), or None."""
+        if self._answers is None and self._answers_of is not None:
+            try:
+                self._answers = self._answers_of()
+            except Exception:   # noqa: BLE001 - without them the error stays the grader's, as it was
+                self._answers_of = None
+        return self._answers
+
+    def _again(self, item, following, answers):
+        """The outcome of `item` run on the course's answers (nothing of it is recorded for the submission)."""
+        student, outcomes, said, raised = self._student, self.outcomes, self.said, self.raised
+        self._student, self.outcomes, self.said, self.raised = answers, {}, set(), {}
+        answers.exercise = student.exercise
+        try:
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+            return self.outcomes.get(self._key(item), Outcome(False, internal=True))
+        finally:
+            self._student, self.outcomes, self.said, self.raised = student, outcomes, said, raised
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item, call):
@@ -159,14 +299,13 @@ class SuiteSession:
                 outcome = Outcome(True)
             else:
                 internal = not isinstance(error, (Feedback, StudentFailure))
-                if internal:
-                    self.internal_errors.append(
-                        f"{item.nodeid}\n" + "".join(traceback.format_exception(error)))
                 picture = getattr(error, "picture", None)
                 stub = isinstance(error, StudentError) and error.kind == "NotImplementedError"
                 outcome = Outcome(False, student_message(error, self.said), missing_name(error),
                                   picture.to_dict() if picture is not None else None, internal,
                                   isinstance(error, StudentFailure) and not stub)
+                if internal:
+                    self.raised[item.nodeid] = (outcome, error)
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):

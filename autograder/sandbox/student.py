@@ -480,9 +480,10 @@ class StudentProcess:
             self.kill()
             raise StudentCrash(f"the process stopped while running {key} "
                                "(did the code call exit() or use too much memory?)") from None
-        except protocol.ProtocolError as problem:
+        except protocol.ProtocolError as problem:   # its details are the student's process's (plugin.said_of)
             self.kill()
-            raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
+            log.warning("%s sent back something unreadable (%s)", key, problem)
+            raise StudentCrash(f"{key} sent back something unreadable") from None
         try:
             value = check(self._unwrap(reply, seconds, timeout))
             if measure_memory:
@@ -497,7 +498,8 @@ class StudentProcess:
             raise StudentTimeout(self.hung[key]) from None
         except protocol.ProtocolError as problem:
             self.kill()  # a process that sends malformed replies is not trusted to go on
-            raise StudentCrash(f"{key} sent back something unreadable ({problem})") from None
+            log.warning("%s sent back something unreadable (%s)", key, problem)
+            raise StudentCrash(f"{key} sent back something unreadable") from None
 
 
 def _describe(problem):

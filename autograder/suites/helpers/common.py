@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
 from autograder.harness.plugin import student_message
-from autograder.sandbox.student import StudentError
+from autograder.harness.context import StudentError
 from autograder.variants import DEFAULTS
 
 
@@ -143,10 +143,15 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
                               steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
                               grad_outputs=grad_outputs or [[] for _ in steps], held=held)
     except StudentError as error:
+        # Named by the grader's own names (the message is the student's process's text, see plugin.said_of).
+        named = next((name for name in params or {} if name in error.message), "")
         if error.kind == "AttributeError" and "no parameter named" in error.message:
-            raise Feedback(f"{error.message}.", "Keep the parameter names the exercise asks for.") from None
+            raise Feedback(f"{cls} has no parameter named {named or 'as the grader expects'}.",
+                           "Keep the parameter names the exercise asks for.") from None
         if error.kind == "ValueError" and "has shape" in error.message and "<cell" not in error.traceback:
-            raise Feedback(f"{cls}: parameter {error.message}.", "Check the sizes of the nn.Linear layers.") from None
+            shape = f" {tuple(params[named].shape)}" if named else ""
+            raise Feedback(f"{cls}: parameter {named or 'a parameter'} does not have the shape{shape} the grader sets.",
+                           "Check the sizes of the nn.Linear layers.") from None
         raise
 
 
