@@ -28,7 +28,8 @@ from tests.notebooks import make_submission, solution_answers
 
 def the_class(assignment, students, folder):
     """(student, notebook path): every fifth right, every tenth untouched, the others a catalogued mistake."""
-    mistakes = [m for m in MISTAKES if m.exercise in {e.id for e in load_course().assignment(assignment).exercises}]
+    exercises = {exercise.id for exercise in load_course().assignment(assignment).exercises}
+    mistakes = [mistake for mistake in MISTAKES if mistake.exercise in exercises]
     right = solution_answers(assignment)
     made = []
     for index in range(students):
