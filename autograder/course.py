@@ -39,9 +39,10 @@ class CheckPolicy:
     """course.yml's `checks:` of an assignment: whether a student may have a notebook graded on demand by
     the check server (autograder/ondemand/), until when, how often, and how much its answer shows
     (causes: each test with its feedback and named cause; tests: passed or failed per test; total: the
-    score alone)."""
+    score alone), and how many seconds of a grading process one student's checks of it may take an hour."""
     open: bool = False
     per_hour: int = 10
+    seconds_per_hour: float = 300.0   # grading seconds per student and assignment in any hour (429 beyond)
     shows: str = "causes"
     late_hours: float = 0.0         # `until: due + 48h`: hours after the due date that checks stay open
     until: datetime = None          # `until: <ISO date>`: when checks close, whatever the due date
@@ -332,7 +333,7 @@ def _exercise(raw, where):
     return exercise
 
 
-CHECK_POLICY_KEYS = ("open", "until", "per_hour", "shows")
+CHECK_POLICY_KEYS = ("open", "until", "per_hour", "seconds_per_hour", "shows")
 
 
 def _check_policy(raw, default, where):
@@ -347,6 +348,10 @@ def _check_policy(raw, default, where):
         if type(raw["per_hour"]) is not int or raw["per_hour"] < 1:
             raise CourseError(f"{where}: checks per_hour must be a whole number of checks, 1 or more")
         policy = replace(policy, per_hour=raw["per_hour"])
+    if "seconds_per_hour" in raw:
+        if type(raw["seconds_per_hour"]) not in (int, float) or not 0 < raw["seconds_per_hour"] < float("inf"):
+            raise CourseError(f"{where}: checks seconds_per_hour must be a number of seconds above 0")
+        policy = replace(policy, seconds_per_hour=float(raw["seconds_per_hour"]))
     if "shows" in raw:
         if raw["shows"] not in CHECK_SHOWS:
             raise CourseError(f"{where}: checks shows must be one of {', '.join(CHECK_SHOWS)}, not {raw['shows']!r}")

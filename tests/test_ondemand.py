@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -247,7 +248,32 @@ def test_the_fair_queue_serves_students_in_turn_and_bounds_each_line():
             queue.put(Job("one more", None, None, b"", None))   # the whole queue is full
         return [queue.take().student for _ in range(len(queue))]
     assert PER_STUDENT == 2
-    assert asyncio.run(scenario()) == ["flood", "calm", "other", "late", "flood"]
+    assert asyncio.run(scenario()) == ["flood", "calm", "other", "late", "flood"]   # a check grading counts
+
+
+def test_the_fair_queue_serves_first_who_used_the_fewest_grading_seconds():
+    """A student whose checks took much of the graders in the last hour waits behind those who took little,
+    whoever came first; and as checks end (LastHour.spend) the order follows what they took."""
+    from datetime import datetime, timezone
+    from autograder.ondemand.server import LastHour
+    hour, now = LastHour([]), datetime.now(timezone.utc)
+    queue = FairQueue(capacity=10, spent=hour.spent)
+
+    def job(student, seconds=None):
+        return Job(student, COURSE.assignment("masks"), None, b"", now, seconds=seconds)
+    hour.spend(job("heavy", 40.0))
+    hour.spend(job("light", 2.0))
+    for student in ("heavy", "light", "new"):
+        queue.put(job(student))
+    assert [queue.take().student for _ in range(3)] == ["new", "light", "heavy"]
+    for student in ("heavy", "light"):
+        queue.finished(job(student))
+    hour.spend(job("light", 60.0))   # light's next check cost more than all of heavy's
+    queue.finished(job("new"))
+    for student in ("light", "heavy", "new"):
+        queue.put(job(student))
+    assert [queue.take().student for _ in range(3)] == ["new", "heavy", "light"]
+    assert hour.spent("light") == 62.0 and hour.spent("light", now.timestamp() + 3601) == 0.0
 
 
 @pytest.mark.parametrize("until, closes", [("due", "2026-10-19T08:00:00+00:00"), ("due + 48h", "2026-10-21T08:00:00+00:00"),
@@ -263,7 +289,9 @@ def test_course_yml_says_until_when_checks_stay_open(tmp_path, until, closes):
     ({"per_hour": 0}, "checks per_hour must be a whole number of checks, 1 or more"),
     ({"shows": "everything"}, "checks shows must be one of causes, tests, total, not 'everything'"),
     ({"until": "soon"}, "checks until 'soon' is not an ISO 8601 date and time"),
-    ({"opened": True}, "checks takes open, until, per_hour, shows and server"),
+    ({"seconds_per_hour": 0}, "checks seconds_per_hour must be a number of seconds above 0"),
+    ({"seconds_per_hour": "1h"}, "checks seconds_per_hour must be a number of seconds above 0"),
+    ({"opened": True}, "checks takes open, until, per_hour, seconds_per_hour, shows and server"),
     ({"server": {"certificate": "a.pem"}}, "checks: server needs both certificate and key for TLS, or neither")])
 def test_a_policy_course_yml_cannot_mean_is_refused_with_one_line(tmp_path, checks, error):
     from autograder.course import CourseError
@@ -300,12 +328,14 @@ def test_the_record_survives_a_restart_and_keeps_the_hourly_limit(tmp_path):
     """What a server appended is read back by the next (a line cut short by a crash skipped), and the
     checks of the last hour still count against the limit."""
     from datetime import datetime, timedelta, timezone
-    from autograder.ondemand.server import HourlyLimit
+    from autograder.course import CheckPolicy
+    from autograder.ondemand.server import LastHour
     from autograder.ondemand.tokens import Refused
     now = datetime.now(timezone.utc)
     written = ledger.Ledger(tmp_path)
     for minutes in (90, 30, 20):
-        written.append({"student": "alice", "assignment": "masks", "at": (now - timedelta(minutes=minutes)).isoformat()})
+        written.append({"student": "alice", "assignment": "masks", "at": (now - timedelta(minutes=minutes)).isoformat(),
+                        "seconds": 50.0})
     written.close()
     with open(ledger.ledger_path(tmp_path), "a") as handle:
         handle.write('{"student": "alice", "assign')   # the server killed mid-write
@@ -314,11 +344,18 @@ def test_the_record_survives_a_restart_and_keeps_the_hourly_limit(tmp_path):
     again.close()
     assert [entry["at"] for entry in ledger.read(tmp_path)] == [(now - timedelta(minutes=m)).isoformat()
                                                                for m in (90, 30, 20, 0)]
-    limit, masks = HourlyLimit(ledger.read(tmp_path)), COURSE.assignment("masks")
-    limit.allow("alice", masks, 3, now.timestamp())   # the check of 90 minutes ago no longer counts
+    limit, masks = LastHour(ledger.read(tmp_path)), COURSE.assignment("masks")
+    limit.allow("alice", masks, CheckPolicy(per_hour=3), now.timestamp())   # the check of 90 minutes ago no longer counts
     with pytest.raises(Refused) as refused:
-        limit.allow("alice", masks, 2, now.timestamp())
+        limit.allow("alice", masks, CheckPolicy(per_hour=2), now.timestamp())
     assert refused.value.status == 429 and 30 * 60 - 2 <= refused.value.retry_after <= 30 * 60 + 2
+    assert limit.spent("alice", now.timestamp()) == 100.0   # and their grading seconds, those of the last hour
+    limit.allow("alice", masks, CheckPolicy(seconds_per_hour=101), now.timestamp())
+    with pytest.raises(Refused) as spent:   # under 60 s once the check of 30 minutes ago leaves the hour
+        limit.allow("alice", masks, CheckPolicy(seconds_per_hour=60), now.timestamp())
+    assert spent.value.status == 429 and "60 s of grading of masks an hour is the limit" in spent.value.message
+    assert 30 * 60 - 2 <= spent.value.retry_after <= 30 * 60 + 2
+    limit.allow("alice", COURSE.assignment("attention_basics"), CheckPolicy(seconds_per_hour=60), now.timestamp())
 
 
 def test_the_server_speaks_tls_with_its_certificate_only(server):
@@ -329,3 +366,127 @@ def test_the_server_speaks_tls_with_its_certificate_only(server):
         httpx.get(server["url"] + "/status", timeout=10)   # the system's authorities do not know it
     with pytest.raises(httpx.HTTPError):
         httpx.get(server["url"].replace("https://", "http://") + "/status", timeout=10)
+
+
+@pytest.fixture(scope="module")
+def on_hub(tmp_path_factory):
+    """A real JupyterHub on loopback and the check server as its service `checks` (the environment the hub
+    gives a service it manages), on a copy of the course that has released attention_basics alone and
+    gives each student 1 ms of grading of it an hour, with a variant secret of its own (the tests' own
+    numbers) and the roster alice, bob (bob@example.edu on the hub) and carol recorded beside it."""
+    from autograder import variants
+    root = tmp_path_factory.mktemp("hub")
+    secret = root / "secret" / "variant-secret"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_bytes(Path(os.environ[variants.SECRET_ENV]).read_bytes())   # the tests' numbers
+    secret.chmod(0o600)
+    (root / "course").mkdir()   # the secret outside it
+    course_yml = ondemand.course_copy(root / "course", ("attention_basics", "masks", "latent_attention"),
+                                      {"open": True, "until": "2099-01-01T00:00:00Z", "per_hour": 10},
+                                      {"attention_basics": {"seconds_per_hour": 0.001},
+                                       "masks": {"open": False}, "latent_attention": {"open": False}},
+                                      released=["attention_basics", "masks"])
+    course = load_course(course_yml)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(variants.SECRET_ENV, str(secret))
+        variants.note_handed_out(course, "the test's roster", {"alice": {}, "bob": {"email": "bob@example.edu"},
+                                                               "carol": {}})
+    port = ondemand.free_port()
+    hub = ondemand.start_hub(root / "jupyterhub", port)
+    try:
+        process, address = ondemand.start(course_yml, root / "course" / "out", port=None,
+                                          env={**ondemand.service_environment(hub, port),
+                                               variants.SECRET_ENV: str(secret)})
+        try:
+            ondemand.hub_ready(hub)
+            assert address == f"http://127.0.0.1:{port}/services/checks"
+            yield {"url": address, "hub": hub, "course": course, "secret": secret, "port": port,
+                   "tokens": {name: ondemand.hub_user_token(hub, name)
+                              for name in ("alice", "bob@example.edu", "carol", "mallory")}}
+        finally:
+            ondemand.stop(process)
+    finally:
+        ondemand.stop_hub(hub)
+
+
+def hub_post(on_hub, token, notebook, student="alice"):
+    body = {"student": student, "assignment": "attention_basics", "notebook": Path(notebook).name,
+            "content": Path(notebook).read_text()}
+    return httpx.post(on_hub["url"] + "/check", json=body, timeout=300, headers={"Authorization": f"token {token}"})
+
+
+def test_on_a_hub_a_students_hub_token_checks_as_that_student_on_their_own_numbers(on_hub, tmp_path):
+    """check() in alice's server on the hub (no check-server.json: the hub's token and address, as the hub
+    gives them to her server) is graded on alice's numbers; bob, bob@example.edu on the hub, on his."""
+    answers = {**solution_answers("attention_basics"), "by_hand": by_hand_written_out("alice")}
+    notebook = make_submission("attention_basics", answers, tmp_path / "attention_basics")[0]
+    shutil.copyfile(tokens.CLIENT, notebook.parent / "check.py")   # as the hub's image carries it
+    env = {name: value for name, value in os.environ.items() if not name.startswith("JUPYTERHUB_")}
+    env.update({"JUPYTERHUB_API_TOKEN": on_hub["tokens"]["alice"], "JUPYTERHUB_USER": "alice",
+                "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/",   # no proxy here: the service's own origin is the hub's
+                "JUPYTERHUB_PUBLIC_HUB_URL": f"http://127.0.0.1:{on_hub['port']}/hub/"})
+    printed = subprocess.run([sys.executable, "check.py", notebook.name], cwd=notebook.parent, capture_output=True,
+                             text=True, timeout=300, env=env)
+    assert printed.returncode == 0, printed.stdout + printed.stderr
+    full = COURSE.assignment("attention_basics").max_score
+    assert "# Check: attention_basics" in printed.stdout and f"**Score: {full:g} / {full:g}**" in printed.stdout
+    bobs = hub_post(on_hub, on_hub["tokens"]["bob@example.edu"], notebook, student="bob@example.edu")
+    assert bobs.status_code == 200, bobs.text
+    assert bobs.json()["student"] == "bob" and bobs.json()["score"] < full   # alice's numbers are not bob's
+    recorded = {entry["student"] for entry in ledger.read(on_hub["course"].root / "out")}
+    assert recorded == {"alice", "bob"}
+
+
+def test_on_a_hub_a_token_the_hub_does_not_give_a_student_of_the_roster_is_refused(on_hub, tmp_path):
+    notebook = make_submission("attention_basics", solution_answers("attention_basics"), tmp_path)[0]
+    unknown = hub_post(on_hub, "0" * 32, notebook)
+    assert unknown.status_code == 401 and unknown.json() == {"error": "the hub does not know this token"}
+    stranger = hub_post(on_hub, on_hub["tokens"]["mallory"], notebook, student="mallory")
+    assert stranger.status_code == 403 and "the hub's user mallory is no student" in stranger.json()["error"]
+    service = hub_post(on_hub, on_hub["hub"]["service_token"], notebook)
+    assert service.status_code == 403 and service.json()["error"].startswith("this token is the hub's service")
+    narrow = ondemand.hub_user_token(on_hub["hub"], "alice", scopes=("read:users:name!user=alice",))
+    refused = hub_post(on_hub, narrow, notebook)
+    assert refused.status_code == 403 and "no access to the hub's checks service" in refused.json()["error"]
+    as_bob = hub_post(on_hub, on_hub["tokens"]["alice"], notebook, student="bob")
+    assert as_bob.status_code == 403 and as_bob.json() == {"error": "this token is not bob's"}
+    course_token = tokens.issue(on_hub["course"], "alice")   # the course's own tokens are not the hub's
+    assert hub_post(on_hub, course_token, notebook).status_code == 401
+
+
+def test_on_a_hub_a_student_gets_their_own_variant_json(on_hub):
+    """GET <prefix>variant/<assignment>: the student's variant.json as make variants writes it, its hand-out
+    recorded beside the secret; 404 with one line for an assignment without numbers of its own or not
+    released; 401 for a token the hub does not know."""
+    from autograder.variants import Variants, record_path
+
+    def variant(token, assignment="attention_basics"):
+        return httpx.get(f"{on_hub['url']}/variant/{assignment}", headers={"Authorization": f"token {token}"},
+                         timeout=60)
+    basics = on_hub["course"].assignment("attention_basics")
+    for name, student in (("alice", "alice"), ("bob@example.edu", "bob")):
+        answered = variant(on_hub["tokens"][name])
+        assert answered.status_code == 200, answered.text
+        assert answered.text == Variants.of(on_hub["course"]).handed_out_text(basics, student)
+    assert variant(on_hub["tokens"]["alice"]).json()["notebooks"] != variant(on_hub["tokens"]["bob@example.edu"]).json()["notebooks"]
+    record = json.loads(record_path(on_hub["secret"]).read_text())
+    assert "variant.json of attention_basics served by the check server" in [entry["what"] for entry in record["left"]]
+    none = variant(on_hub["tokens"]["alice"], "masks")
+    assert none.status_code == 404 and none.json() == {"error": "masks has no numbers of each student's own"}
+    later = variant(on_hub["tokens"]["alice"], "latent_attention")
+    assert later.status_code == 404 and later.json() == {"error": "latent_attention is not released yet"}
+    assert variant("0" * 32).status_code == 401
+
+
+def test_a_students_grading_seconds_an_hour_are_a_budget(on_hub, tmp_path):
+    """course.yml's seconds_per_hour (1 ms of attention_basics here): once a student's checks took it, 429 with
+    Retry-After, until they leave the hour."""
+    notebook = tmp_path / "attention_basics.ipynb"
+    notebook.write_text("not a notebook")
+    first = hub_post(on_hub, on_hub["tokens"]["carol"], notebook, student="carol")
+    assert first.status_code == 200 and first.json()["reason"]   # graded: nothing of it runs, yet it took a grader
+    spent = hub_post(on_hub, on_hub["tokens"]["carol"], notebook, student="carol")
+    assert spent.status_code == 429, spent.text
+    assert spent.json()["error"] == ("0.001 s of grading of attention_basics an hour is the limit; your checks of the "
+                                     "last hour took them.")
+    assert 3500 < int(spent.headers["Retry-After"]) <= 3601

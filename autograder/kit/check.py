@@ -9,23 +9,54 @@ cell as Markdown: each hidden test passed or failed, its points and, where the c
 what went wrong and its likely cause.  No hidden test, input or solution is ever sent to you.
 
 Where the server is and who you are come from check-server.json, which your instructor put in your
-kit (beside the assignments' folders); never put your token in a notebook.  The course limits how
-often you may check, and until when.
+kit (beside the assignments' folders); never put your token in a notebook.  On the course's JupyterHub,
+where there is no such file, the hub says both: your server's own hub token (JUPYTERHUB_API_TOKEN) is
+sent, to the hub's `checks` service (hub_service_address).  The course limits how often you may check,
+and until when.
 """
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 KIT_FILE = "check-server.json"
+HUB_SERVICE = "checks"   # the check service's name on the course's hub (jupyterhub_config.py)
 
 
-def _kit_file(folder):
+def hub_service_address(environ=None):
+    """The hub's check service, as a student's server on a JupyterHub reaches it:
+
+        <the hub's public origin><the hub's base>services/checks/
+
+    the origin from JUPYTERHUB_PUBLIC_HUB_URL (the hub sets it where jupyterhub_config.py gives
+    c.JupyterHub.public_url), else JUPYTERHUB_PUBLIC_URL or JUPYTERHUB_HOST; the base is what precedes
+    user/<name>/ in the server's JUPYTERHUB_SERVICE_PREFIX (/user/alice/ -> /, /jhub/user/alice/ -> /jhub/).
+    ValueError (one line) where the hub told the server no public address."""
+    environ = os.environ if environ is None else environ
+    public = next((environ[name] for name in ("JUPYTERHUB_PUBLIC_HUB_URL", "JUPYTERHUB_PUBLIC_URL", "JUPYTERHUB_HOST")
+                   if "://" in environ.get(name, "")), None)
+    if public is None:
+        raise ValueError("the hub told this server no public address (JUPYTERHUB_PUBLIC_HUB_URL): ask your instructor "
+                         "to set c.JupyterHub.public_url, or for a check-server.json")
+    origin = "{0}://{1}".format(*urlsplit(public)[:2])
+    found = re.match(r"^(.*?/)user/[^/]+/(?:[^/]+/)?$", environ.get("JUPYTERHUB_SERVICE_PREFIX", ""))
+    return f"{origin}{found.group(1) if found else '/'}services/{HUB_SERVICE}/"
+
+
+def _where(folder):
+    """(the server's address, the request's headers, the student id sent): from check-server.json in `folder` or
+    above it, else from the hub this server runs on."""
     for place in (folder, *folder.parents):
         if (place / KIT_FILE).is_file():
-            return json.loads((place / KIT_FILE).read_text())
+            kit = json.loads((place / KIT_FILE).read_text())
+            return kit["server"], {"Authorization": f"Bearer {kit['token']}"}, kit["student"]
+    if os.environ.get("JUPYTERHUB_API_TOKEN"):
+        return (hub_service_address(), {"Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}"},
+                os.environ.get("JUPYTERHUB_USER", ""))
     raise FileNotFoundError(f"no {KIT_FILE} in {folder} or above it: it comes with your kit from your instructor")
 
 
@@ -65,15 +96,14 @@ def check(notebook=None, timeout=600):
     import httpx
 
     path = Path(notebook) if notebook else _this_notebook()
-    kit = _kit_file(path.resolve().parent)
+    server, headers, student = _where(path.resolve().parent)
     saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
-    request = {"student": kit["student"], "assignment": path.resolve().parent.name, "notebook": path.name,
+    request = {"student": student, "assignment": path.resolve().parent.name, "notebook": path.name,
                "content": path.read_text(encoding="utf-8")}
     try:
-        response = httpx.post(kit["server"].rstrip("/") + "/check", json=request, timeout=timeout,
-                              headers={"Authorization": f"Bearer {kit['token']}"})
+        response = httpx.post(server.rstrip("/") + "/check", json=request, timeout=timeout, headers=headers)
     except httpx.HTTPError as error:
-        _show(f"**The check server could not be reached** ({kit['server']}): {error}")
+        _show(f"**The check server could not be reached** ({server}): {error}")
         return {"error": str(error)}
     try:
         answer = response.json()

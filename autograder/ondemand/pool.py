@@ -1,13 +1,15 @@
 """The check server's warm grading processes, and the fair queue in front of them.
 
-The server's process primes what grading needs once (classroom.prime: the suites, the reference
+The server's process primes what grading needs once (classrun.fanout.prime: the suites, the reference
 solutions), then forks grading processes as a class run does, each handed a sandbox started for it
 (jail.Started).  Each one opens a grader (grading.open_grader) and grades one posted notebook at a time
 through the grader's front door, Grader.grade_submission, with the student's id (their variant
 numbers) and the time of the check (what the feedback policy shows): exactly what make grade runs.
 
-Checks wait in a FairQueue: one line per student, served in turn, each line at most PER_STUDENT long
-and the whole at most the server's `queue`, so a student's flood costs that student, not the others.
+Checks wait in a FairQueue: one line per student, each at most PER_STUDENT long and the whole at most
+the server's `queue`; a free grading process takes the next check of the waiting student whose checks
+took the fewest grading seconds in the last hour (the server's count: server.LastHour), so a student
+whose checks cost much waits behind those who used little, and a student's flood costs that student.
 A grading process that dies, or holds a check past its assignment's time budget and a margin, is
 replaced (a new sandbox, a new fork) and the check it held is answered as a fault of the grader.
 """
@@ -53,6 +55,7 @@ class Job:
     now: datetime           # the time of the check
     future: asyncio.Future = None
     queued: float = field(default_factory=time.monotonic)
+    seconds: float = None   # what it took of a grading process, from its start there to its answer
 
     def order(self):
         return {"student": self.student, "assignment": self.assignment.id, "notebook": self.notebook.name,
@@ -60,11 +63,13 @@ class Job:
 
 
 class FairQueue:
-    """Checks waiting, in one line per student; take() serves the students in turn."""
+    """Checks waiting, in one line per student; take() serves first the student with the fewest grading seconds
+    `spent` (student -> seconds of the last hour), then the fewest checks now grading, then the longest waiting."""
 
-    def __init__(self, capacity):
-        self.capacity = capacity
-        self.lines = collections.OrderedDict()   # student -> deque of Jobs, in the order they are served
+    def __init__(self, capacity, spent=lambda student: 0.0):
+        self.capacity, self.spent = capacity, spent
+        self.lines = {}   # student -> deque of Jobs, oldest first
+        self.grading = collections.Counter()   # student -> their checks taken and not yet finished
 
     def __len__(self):
         return sum(len(line) for line in self.lines.values())
@@ -77,13 +82,18 @@ class FairQueue:
         self.lines.setdefault(job.student, collections.deque()).append(job)
 
     def take(self):
-        student, line = next(iter(self.lines.items()))
-        job = line.popleft()
-        if line:
-            self.lines.move_to_end(student)   # the others' turn first
-        else:
+        student = min(self.lines, key=lambda one: (self.spent(one), self.grading[one], self.lines[one][0].queued))
+        job = self.lines[student].popleft()
+        if not self.lines[student]:
             del self.lines[student]
+        self.grading[student] += 1
         return job
+
+    def finished(self, job):
+        """A check taken from the queue left its grading process (answered, failed, or its client gone)."""
+        self.grading[job.student] -= 1
+        if self.grading[job.student] <= 0:
+            del self.grading[job.student]
 
 
 def grade_posted(grader, course, order):
@@ -141,11 +151,12 @@ class Pool:
     """`jobs` grading processes for the given assignments and the queue in front of them; use within a
     running asyncio loop (tornado's): submit() returns a future of the graded record."""
 
-    def __init__(self, course, assignments, jobs, capacity):
+    def __init__(self, course, assignments, jobs, capacity, usage):
         self.course, self.assignments, self.jobs = course, list(assignments), jobs
         chosen = [course.assignment(assignment) for assignment in self.assignments]
         self.warm, self.kernels = course.uses_compiler_stack(*chosen), course.kernel_kind(*chosen)
-        self.queue = FairQueue(capacity)
+        self.usage = usage   # each student's grading seconds: spent(student), and spend(job) as each check ends
+        self.queue = FairQueue(capacity, usage.spent)
         self.context = multiprocessing.get_context("fork")
         self.slots = []
         self.seconds = collections.deque(maxlen=20)   # the last checks' grading seconds (for Retry-After)
@@ -185,6 +196,7 @@ class Pool:
             while slot.ready and slot.job is None and self.queue.lines:
                 job = self.queue.take()
                 if job.future.done():   # its client left
+                    self.queue.finished(job)
                     continue
                 slot.job, slot.since = job, time.monotonic()
                 try:
@@ -203,8 +215,8 @@ class Pool:
             if all(other.ready for other in self.slots) and len(self.slots) == self.jobs:
                 self.all_ready.set()
         elif slot.job is not None:
-            job, slot.job = slot.job, None
-            self.seconds.append(time.monotonic() - slot.since)
+            job = self._finish(slot)
+            self.seconds.append(job.seconds)
             if not job.future.done():
                 if kind == "graded":
                     job.future.set_result(payload)
@@ -218,11 +230,21 @@ class Pool:
             if slot.job is not None and time.monotonic() - slot.since > slot.job.assignment.limits.time_budget + HUNG_MARGIN:
                 self._replace(slot, "its grading process did not answer in time")
 
+    def _finish(self, slot):
+        """The check `slot` held, its grading seconds counted, and the slot free."""
+        job, slot.job = slot.job, None
+        job.seconds = time.monotonic() - slot.since
+        self.queue.finished(job)
+        self.usage.spend(job)   # whether answered or not, and whether its client waited or left
+        return job
+
     def _replace(self, slot, why):
         log.error("check server: %s; starting another", why)
         self._stop(slot)
-        if slot.job is not None and not slot.job.future.done():
-            slot.job.future.set_exception(GradingFault(why))
+        if slot.job is not None:
+            job = self._finish(slot)
+            if not job.future.done():
+                job.future.set_exception(GradingFault(why))
         self.slots[self.slots.index(slot)] = self._spawn()
         self._dispatch()
 

@@ -56,8 +56,8 @@ def issue(course, student, key=None):
     return jwt.encode({"sub": student, "aud": audience(course)}, key or signing_key(course), algorithm=ALGORITHM)
 
 
-def verify(key, course, token, student):
-    """The student a check is from: `student`, when `token` is theirs; Refused (401, 403) otherwise."""
+def subject(key, course, token):
+    """The student `token` was made for; Refused (401) where it is missing or this course did not sign it."""
     if not token:
         raise Refused(401, "no token: check() reads it from check-server.json in your kit (ask your instructor for "
                            "your kit)")
@@ -67,9 +67,29 @@ def verify(key, course, token, student):
     except jwt.InvalidTokenError:
         raise Refused(401, "this token was not made by this course's check server (ask your instructor for "
                            "your kit)") from None
-    if claims["sub"] != student:
+    return claims["sub"]
+
+
+def verify(key, course, token, student):
+    """The student a check is from: `student`, when `token` is theirs; Refused (401, 403) otherwise."""
+    if subject(key, course, token) != student:
         raise Refused(403, f"this token is not {student}'s")
     return student
+
+
+class CourseTokens:
+    """The student of a request outside a hub (`Authorization: Bearer <token>`), as hub.HubStudents on one."""
+
+    def __init__(self, course):
+        self.course, self.key = course, signing_key(course)
+
+    async def student(self, authorization, claimed=None):
+        """The token's student; Refused (401, 403) where it is no token of this course's, or, where `claimed`
+        (the id a check was sent with) is given, not that student's."""
+        token = (authorization or "").removeprefix("Bearer ").strip()
+        if claimed is None:
+            return subject(self.key, self.course, token)
+        return verify(self.key, self.course, token, claimed)
 
 
 def kit_file_text(course, student):
