@@ -30,30 +30,35 @@ def test_catalogue_is_large_enough():
         assert {entry.exercise for entry in kind} == set(ASSIGNMENT_OF), "every exercise has entries of each kind"
 
 
+@pytest.mark.slow
 def test_each_mistake_fails_exactly_the_properties_it_breaks(graded):
     """Apart from the known debt (a mistake's also_fails), no mistake fails fewer tests than listed either:
     a list that claims more than the suites charge would hide a missed property."""
     assert exactly_as_allowed(graded) == len(MISTAKES) - sum(bool(m.also_fails) for m in MISTAKES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.name}")
 def test_mistake_loses_points_only_where_allowed_and_names_its_cause(graded, mistake):
     _, wrong = judge(graded, "mistake", mistake)
     assert not wrong, f"{mistake.name!r}: {wrong}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alternative", ALTERNATIVES, ids=lambda v: f"{v.exercise}-{v.name}")
 def test_correct_alternative_gets_full_marks(graded, alternative):
     _, wrong = judge(graded, "alternative", alternative)
     assert not wrong, wrong
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("degenerate", DEGENERATES, ids=lambda d: f"{d.exercise}-{d.name}")
 def test_degenerate_answer_earns_next_to_nothing_and_hears_why_once(graded, degenerate):
     _, wrong = judge(graded, "degenerate", degenerate)
     assert not wrong, f"{degenerate.name!r}: {wrong}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gaming", GAMING, ids=lambda g: f"{g.exercise}-{g.name}")
 def test_gaming_answer_loses_the_measured_points(graded, gaming):
     _, wrong = judge(graded, "gaming", gaming)

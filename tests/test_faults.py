@@ -197,6 +197,7 @@ def kill_sandboxes(process, log):
     return killed, thread
 
 
+@pytest.mark.slow
 def test_a_sandbox_killed_mid_submission_is_a_fault_everywhere_and_the_next_run_grades_it(tmp_path, clean):
     """The sandbox dies under ada's submission twice (the run's attempt and its one retry): no score
     anywhere, each output says why or that it will be graded again; the next run grades her on its own."""
@@ -247,6 +248,7 @@ def runs_a_submission(processes):
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["first record saved", "first submission in flight"])
 def test_grade_class_killed_then_run_again_equals_a_clean_run(tmp_path, clean, moment):
     """SIGKILL of grade-class (its grading processes forked, sandboxes under way): nothing of it stays

@@ -27,6 +27,7 @@ def filtered(tmp_path_factory):
     return Filtered(**json.loads(out.read_text()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", sorted(ASSIGNMENT_OF))
 def test_every_value_test_tells_the_right_answer_from_a_trivial_one(filtered, exercise):
     said = findings(exercise, filtered)

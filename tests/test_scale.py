@@ -90,6 +90,7 @@ def records(folder):
     return sorted(path.parent.relative_to(folder / "results") for path in (folder / "results").glob("*/*/grade.json"))
 
 
+@pytest.mark.slow
 def test_shards_killed_mid_run_resume_and_merge_to_what_one_machine_gives(slurm, one_machine, tmp_path):
     """An array of 4 shards (shard 1 holds none of the six students) and the merge. Shard 4 (ada and
     dev) is cancelled after its first grade: the command fails, naming it, its log and the way on;
@@ -127,6 +128,7 @@ def test_shards_killed_mid_run_resume_and_merge_to_what_one_machine_gives(slurm,
     assert_same_as_one_machine(tmp_path, one_machine)
 
 
+@pytest.mark.slow
 def test_a_job_sbatch_refuses_gets_one_line(slurm, tmp_path):
     process = grade_slurm(tmp_path, slurm, "--partition", "no_such_partition")
     assert process.returncode == 2
@@ -286,6 +288,7 @@ def test_a_policy_scanner_finds_only_what_the_sandbox_needs(written):
     assert ("CKV_K8S_31", "Job.default.grade-merge") in {(c["check_id"], c["resource"]) for c in results["passed_checks"]}
 
 
+@pytest.mark.slow
 def test_a_shard_whose_job_fails_leaves_its_submissions_grader_faults_when_merged_anyway(slurm, tmp_path):
     """A Slurm job of the array fails (shard 2 of 2 cannot write its results) and the merge is run anyway,
     by hand: shard 1's grade is merged, shard 2's submission is a grader fault (empty scores, never 0,
