@@ -32,7 +32,7 @@ SLURM_ARGS := $(if $(STUDENT),--student '$(STUDENT)') $(if $(ASSIGNMENT),--assig
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
-.PHONY: setup sandbox grade serve check-server report test check exercise release sample-class bench merge student-kit gradescope \
+.PHONY: setup sandbox grade serve check-server report test test-all check exercise release sample-class bench merge student-kit gradescope \
         push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants
 
 setup: $(VENV)/.installed sandbox
@@ -82,8 +82,12 @@ check-server: setup
 report: setup
 	$(GRADER) report --out $(OUT)
 
-## The course's own test suite (what CI runs).
+## The course's own tests, without the course-wide proofs (pytest.ini's marker slow): minutes, for every change.
 test: setup $(VENV)/checkov/.installed
+	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" tests
+
+## Every test of the course, the course-wide proofs too (what CI runs).
+test-all: setup $(VENV)/checkov/.installed
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## Final scores as Canvas's and Moodle's grade imports (canvas.csv, moodle.csv beside grades.csv).
