@@ -44,7 +44,8 @@ def _grade(args, course):
     except SubmissionError as error:
         raise CourseError(str(error)) from None
     _check_sandbox(course, probe_it=False)
-    result = grade_one(course, assignment, path.parent, args.student or "student", notebooks)
+    result = grade_one(course, assignment, path.parent, args.student or "student", notebooks,
+                       started=args.pool.take_for(course, [assignment.id]) if args.pool else None)
     if len(assignment.notebooks) != 1:
         result.notebooks = [nb for nb in result.notebooks if nb.notebook in notebooks]
     if args.json:
@@ -155,7 +156,7 @@ def _variants(args, course):
     if args.roster:   # its ids and the columns Gradescope's sid or email are matched to
         students = lms.read_roster(args.roster)
     else:
-        from autograder.classroom import check_selection, class_students
+        from autograder.classrun.tasks import check_selection, class_students
         students = class_students(course, check_selection(course, args.submitted))
     written = variants.Variants.of(course).write_files(chosen, students, Path(args.out))
     variants.note_handed_out(course, f"variant.json of {', '.join(a.id for a in chosen)} written to {args.out}/", students)
@@ -225,27 +226,23 @@ def _check_sandbox(course, probe_it=True):
 
 
 def _grade_class(args, course):
-    from autograder import classroom, render
+    from autograder import render
+    from autograder.classrun import fanout, run as classroom
 
-    if args.exercise and args.out is None:
-        raise CourseError("--exercise grades part of each submission (an author's check, as make check runs): "
-                          "give it an --out folder of its own, not the class's grading folder")
-    if args.exercise and args.db != course.gradebook_url:
-        raise CourseError("--exercise records nothing in a gradebook (its scores are parts of submissions): "
-                          "leave --db out")
+    classroom.check_exercises(course, args.exercise, args.out, args.db)
     _check_sandbox(course)
     chosen = classroom.prepare_class(course, args.submitted, args.out or "grading", assignments=args.assignment,
                                      students=args.student, shard=args.shard, force=args.force,
                                      exercises=args.exercise)
-    classroom.start_log(chosen.layout.log)
+    fanout.start_log(chosen.layout.log)
     if not chosen.tasks:
         print(f"Shard {args.shard[0]}/{args.shard[1]} holds none of the class's submissions: nothing to grade.")
         return 0
-    jobs = args.jobs or classroom.default_jobs()
-    print(render.class_plan(chosen, classroom.effective_jobs(jobs, chosen.pending)), flush=True)
+    jobs = args.jobs or fanout.default_jobs()
+    print(render.class_plan(chosen, fanout.effective_jobs(jobs, chosen.pending)), flush=True)
     autograded = Path(args.autograded or Path(args.submitted).parent / "autograded")
     update = render.Progress(len(chosen.pending), sys.stdout if not sys.stderr.isatty() else sys.stderr)
-    classroom.grade_class(course, chosen, args.db, autograded, jobs, update)
+    classroom.grade_class(course, chosen, args.db, autograded, jobs, update, args.pool)
     print(render.class_report(chosen, args.submitted, args.db, table=args.table))
     for line in held_lines(chosen.layout.out):
         print(line)
@@ -257,7 +254,8 @@ def _grade_class(args, course):
 
 
 def _serve(args, course):
-    from autograder import classroom, service
+    from autograder import service
+    from autograder.classrun.fanout import default_jobs
 
     if args.status:
         state = service.status(course.root)
@@ -265,23 +263,23 @@ def _serve(args, course):
         return 0 if state else 1
     if course.limits.sandboxed:
         _check_sandbox(course)
-    return service.serve(course, args.argv, args.jobs or classroom.default_jobs(),
-                         lambda line: print(line, flush=True), main)
+    return service.serve(course, args.argv, args.jobs or default_jobs(),
+                         lambda line: print(line, flush=True), served)
 
 
 def _check_server(args, course):
-    from autograder import classroom
+    from autograder.classrun.fanout import default_jobs
     from autograder.ondemand import server
 
     if course.limits.sandboxed:
         _check_sandbox(course)
-    return server.serve(course, args.assignment, args.jobs or classroom.default_jobs(), args.out, args.port,
+    return server.serve(course, args.assignment, args.jobs or default_jobs(), args.out, args.port,
                         lambda line: print(line, flush=True))
 
 
 def _merge(args, course):
-    from autograder import classroom
-    results, unfinished = classroom.merge(course, args.shards, args.out, args.db, args.autograded)
+    from autograder.classrun.publish import merge
+    results, unfinished = merge(course, args.shards, args.out, args.db, args.autograded)
     print(f"Merged {len(args.shards)} shard(s): {len(results)} submissions in {Path(args.out) / 'grades.csv'}")
     faulted = [result for result in results if result.faulted]
     for shard in unfinished:   # what it did not grade is a grader fault: no score until it is graded
@@ -291,9 +289,9 @@ def _merge(args, course):
 
 
 def _grade_slurm(args, course):
-    from autograder import classroom
+    from autograder.classrun.tasks import check_selection
     from autograder.scale import slurm
-    submitted = classroom.check_selection(course, args.submitted, args.assignment)
+    submitted = check_selection(course, args.submitted, args.assignment)
     plan = slurm.plan(course, submitted=submitted, out=args.out, db=args.db,
                       autograded=args.autograded or submitted.parent / "autograded", shards=args.shards, jobs=args.jobs,
                       options={"partition": args.partition, "account": args.account, "time": args.time, "mem": args.mem,
@@ -340,13 +338,8 @@ def _k8s_manifests(args, course):
 def _published(args, course):
     """(layout, results) of the class graded into --out, published with the gradebook's manual scores
     (where --db exists) as make grade publishes it: what the LMS commands send."""
-    from autograder import classroom
-    from autograder.gradebook import exists
-    from autograder.layout import Layout
-    layout = Layout(args.out)
-    if not layout.results.is_dir():
-        raise CourseError(f"{layout.out} holds no graded submission (run make grade first)")
-    return layout, classroom.publish(course, layout, args.db if exists(args.db) else None)
+    from autograder.classrun.publish import published
+    return published(course, args.out, args.db)
 
 
 def _held_back(held, what):
@@ -696,9 +689,15 @@ def parser():
     return main
 
 
-def main(argv=None):
+def served(argv, pool):
+    """What the grading service runs for a client: its grade or grade-class, here, with `pool`'s sandboxes."""
+    return main([*argv, "--no-service"], pool)
+
+
+def main(argv=None, pool=None):
     args = parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(map(str, argv))
+    args.pool = pool
     # nbgrader runs tools of its own (alembic) from PATH; they live beside this interpreter.
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     try:

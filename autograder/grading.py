@@ -164,12 +164,13 @@ class Grader:
         return current is not sandbox or sandbox.exited()
 
 
-def grade_one(course, assignment, folder, student="student", notebooks=None):
+def grade_one(course, assignment, folder, student="student", notebooks=None, started=None):
     """One submission graded by a grader of its own, started for it and for its assignment's suites
-    alone: what `grade`, Gradescope's runner and nbgrader's preprocessor do (a class is graded by
-    classroom.grade_class, one warm grader per process)."""
+    alone (or in `started`, a sandbox the grading service started ahead): what `grade`, Gradescope's
+    runner and nbgrader's preprocessor do (a class is graded by classrun.run.grade_class, one warm grader
+    per process)."""
     return open_grader(course, lambda grader: grader.grade_submission(assignment, folder, student, notebooks=notebooks),
-                       assignments=[assignment.id])
+                       assignments=[assignment.id], started=started)
 
 
 def open_grader(course, body, assignments=None, started=None):

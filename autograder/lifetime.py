@@ -1,5 +1,5 @@
 """A grading process's lifetime tied to the process that forked it: a class run's grading processes
-(classroom.py) and the check server's (ondemand/pool.py) end with the run or the server, however it
+(classrun/fanout.py) and the check server's (ondemand/pool.py) end with the run or the server, however it
 ends."""
 
 import ctypes

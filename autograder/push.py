@@ -27,7 +27,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder import classroom, render
+from autograder import render
+from autograder.classrun import tasks
 from autograder.course import CourseError
 from autograder.forge import ForgeError, GitHub, Repository
 from autograder.intake import SubmissionError, read_file, student_name_problem
@@ -72,7 +73,7 @@ def collect(course, forge, submitted, *, organization, prefix, shard=None, log=p
     submitted.mkdir(parents=True, exist_ok=True)
     collected = []
     for repository, student in students(forge, organization, prefix, log):
-        if not classroom.in_shard(classroom.Task(student, "", ""), shard):
+        if not tasks.in_shard(tasks.Task(student, "", ""), shard):
             continue
         folder = submitted / student
         try:
@@ -174,8 +175,8 @@ def post(course, forge, submitted, layout, log=print):
                 continue
             record = layout.read_record(student, assignment.id)
             if assignment.id not in parts:
-                parts[assignment.id] = classroom.course_fingerprint(course, assignment)
-            current = classroom.fingerprint(parts[assignment.id], assignment, folder / assignment.id)
+                parts[assignment.id] = tasks.course_fingerprint(course, assignment)
+            current = tasks.fingerprint(parts[assignment.id], assignment, folder / assignment.id)
             if record is None or record.get("fingerprint") != current:
                 results = None  # not graded from this commit yet: answered by a later run
                 break

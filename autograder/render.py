@@ -281,7 +281,7 @@ def class_plan(chosen, jobs):
 
 
 def class_report(chosen, submitted, db, table=False):
-    """What the console says after a class run (classroom.ClassRun): the table if asked, the scores
+    """What the console says after a class run (classrun.run.ClassRun): the table if asked, the scores
     that changed, the flags for the instructor, the folders that are no submission, who handed
     nothing in, and where the outputs are."""
     results, graded, layout = chosen.results, chosen.graded, chosen.layout

@@ -4,7 +4,7 @@
 A grader fault (`NotebookResult.fault`: the grader, not the student, failed on a notebook: its sandbox
 died, the grading process stopped, a hidden check raised inside the grader) is no score: a faulted
 submission's status is "grader fault", every output says so instead of giving a number, and the next
-run grades it again (classroom.select_tasks)."""
+run grades it again (classrun.tasks.select_tasks)."""
 
 from dataclasses import dataclass, field
 

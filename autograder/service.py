@@ -10,9 +10,10 @@ imported again in each sandbox's worker.  The service pays them once and keeps t
       send its arguments, folder, environment
       and its stdin, stdout and stderr        -> fork: the child runs the same grade-class, on the
                                                  client's terminal, taking over the spare sandboxes
-                                                 it needs (jail.Started.spares); once it ends, those
-                                                 it took are stopped and new ones started (warmed up
-                                                 for torch's compiler stack as that run wanted them)
+                                                 it needs (the service's SandboxPool, handed over
+                                                 whole); once it ends, those it took are stopped and
+                                                 new ones started (warmed up for torch's compiler
+                                                 stack as that run wanted them)
       Ctrl-C goes on to the child             <- the child's exit code
 
 The service runs no student code (that is the sandboxes'), and each run's sandboxes served no run
@@ -34,13 +35,15 @@ import threading
 import time
 from pathlib import Path
 
+from autograder.classrun.sandboxes import SandboxPool
 from autograder.course import CourseError
-from autograder.sandbox.jail import Started, kernel_environment
+from autograder.sandbox.jail import kernel_environment
 
 # What torch, Triton and the sandbox read from the environment as they start (the service started
 # them once): a client whose values differ is graded without the service.
 READ_AT_START = ("AUTOGRADER_", "TRITON_", "CUDA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "PYTHON", "LD_LIBRARY_PATH")
 MESSAGE_BYTES = 1 << 20
+SERVED = ("grade", "grade-class")   # the commands a client hands to the service where one runs
 
 
 def socket_path(root):
@@ -49,10 +52,10 @@ def socket_path(root):
 
 def course_stamp(course):
     """What the service holds in memory, as the files on disk are now (size and modification time):
-    what grading every assignment reads (classroom.grading_files), the grader's other files (the
+    what grading every assignment reads (tasks.grading_files), the grader's other files (the
     suites' pytest.ini among them), and the installed packages' folders (an install or upgrade adds or
     removes entries in them)."""
-    from autograder.classroom import grading_files
+    from autograder.classrun.tasks import grading_files
     package = Path(__file__).resolve().parent
     paths = set(grading_files(course, course.assignments)) | set(map(Path, site.getsitepackages()))
     paths |= {path for path in package.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
@@ -95,6 +98,11 @@ def _connect(root):
         connection.close()
         return None
     return connection
+
+
+def offer(root, command, argv):
+    """Where `command` is one the service runs (SERVED), forward(root, argv); else (None, ""): the caller runs it."""
+    return forward(root, argv) if command in SERVED else (None, "")
 
 
 def forward(root, argv):
@@ -156,10 +164,12 @@ def wait_idle(root, timeout, alive=lambda: True):
 # -- the service ----------------------------------------------------------------------------------
 
 class Service:
-    """One course's grading service: a listening socket, the spare sandboxes, the runs in progress."""
+    """One course's grading service: a listening socket, the spare sandboxes (a SandboxPool), the runs in
+    progress.  run(argv, pool): a client's grade or grade-class, run in a forked child with the pool handed
+    over to it; its exit code."""
 
-    def __init__(self, course, jobs, say, command):
-        self.course, self.jobs, self.say, self.command = course, jobs, say, command
+    def __init__(self, course, jobs, say, run):
+        self.course, self.jobs, self.say, self.run = course, jobs, say, run
         self.root = course.root.resolve()
         self.stamp = course_stamp(course)
         self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
@@ -172,19 +182,20 @@ class Service:
         # Spares prepare the course's kernels (Triton: a few tenths of a second in a worker that has torch) at
         # their start: a run of a kernel assignment would otherwise pay it at its first fork, in every grading process.
         self.kernels = course.kernel_kind(*course.assignments)
-        self.runs = {}          # pid of a child running a command -> (its pipe, the spares it was offered)
+        self.pool = SandboxPool()   # the spares, started between runs
+        self.runs = {}          # pid of a child running a command -> (its pipe, the pool of spares it was offered)
         self.restart = False
         self.listener = None
 
     def prime(self):
         """Everything a run would otherwise start with, in this process (never student code)."""
-        from autograder import classroom, gradebook  # noqa: F401  (nbgrader's modules)
-        classroom.prime(self.course, [assignment.id for assignment in self.course.assignments])
+        from autograder import gradebook  # noqa: F401  (nbgrader's modules)
+        from autograder.classrun import fanout
+        fanout.prime(self.course, [assignment.id for assignment in self.course.assignments])
         self.refill()
 
     def refill(self):
-        while len(Started.spares) < self.jobs:
-            Started.spares.append(Started(self.sandboxed, self.warm, self.kernels))
+        self.pool.fill(self.jobs, self.sandboxed, self.warm, self.kernels)
 
     def listen(self):
         path = socket_path(self.root)
@@ -230,9 +241,9 @@ class Service:
             request = {"op": "unreadable"}
         try:
             if request.get("op") == "status":
-                _send(connection, {"spares": len(Started.spares), "running": len(self.runs),
-                                   "ready": sum(spare.ready() for spare in Started.spares),
-                                   "warm": sum(spare.warm for spare in Started.spares)})
+                state = self.pool.state()
+                _send(connection, {"spares": state["spares"], "running": len(self.runs), "ready": state["ready"],
+                                   "warm": state["warm"]})
                 return
             reason = ("an unreadable request" if request.get("op") != "grade" else
                       "no terminal was handed over" if len(fds) != 3 else self.refusal(request))
@@ -242,14 +253,14 @@ class Service:
             sys.stdout.flush()
             sys.stderr.flush()
             taken, told = os.pipe()
+            offered = self.pool.hand_over()   # the run's to take from while it lasts
             pid = os.fork()
             if pid == 0:
                 self.listener.close()
                 os.close(taken)
-                run_in_child(connection, fds, request, self.command, told)
+                run_in_child(connection, fds, request, self.run, offered, told)
             os.close(told)
-            self.runs[pid] = (taken, Started.spares)
-            Started.spares = []   # the run's to take while it lasts
+            self.runs[pid] = (taken, offered)
             self.say(f"run {pid}: {' '.join(request['argv'])}")
         finally:
             for fd in fds:
@@ -271,11 +282,7 @@ class Service:
                     used, warmed = None, None   # a run that said nothing may have used any of them
             if isinstance(warmed, bool):
                 self.warm = warmed
-            for spare in offered:
-                if used is None or spare.process.pid in used or spare.exited():
-                    spare.stop()
-                else:
-                    Started.spares.append(spare)
+            self.pool.give_back(offered, used)
 
     def serve(self):
         while not (self.restart and not self.runs):
@@ -289,15 +296,15 @@ class Service:
         if self.listener is not None:
             self.listener.close()
             socket_path(self.root).unlink(missing_ok=True)
-        for sandbox in Started.spares + [spare for _, offered in self.runs.values() for spare in offered]:
-            sandbox.stop()
-        Started.spares = []
+        self.pool.stop()
+        for _, offered in self.runs.values():
+            offered.stop()
 
 
-def run_in_child(connection, fds, request, command, told):
-    """The forked child: command(argv) (the command line's main) exactly as the client would run it,
-    on the client's terminal; at its end, the pids of the spares it took go to the service on `told`,
-    with whether its grading wanted them warm (None: it took none)."""
+def run_in_child(connection, fds, request, run, pool, told):
+    """The forked child: run(argv, pool) (the client's grade or grade-class, taking its sandboxes from
+    `pool`) exactly as the client would run it, on the client's terminal; at its end, the pids of the
+    spares it took go to the service on `told`, with whether its grading wanted them warm (None: it took none)."""
     code = 1
     finished = threading.Event()
     try:
@@ -322,7 +329,7 @@ def run_in_child(connection, fds, request, command, told):
             if not finished.is_set():
                 os.kill(os.getpid(), signal.SIGINT)
         threading.Thread(target=watch, daemon=True).start()
-        code = command([*request["argv"], "--no-service"])
+        code = run(request["argv"], pool)
     except SystemExit as error:
         code = error.code if isinstance(error.code, int) else 1
     except KeyboardInterrupt:
@@ -333,7 +340,7 @@ def run_in_child(connection, fds, request, command, told):
     finally:
         finished.set()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        os.write(told, json.dumps({"taken": Started.taken, "warmed": Started.warmed}).encode())
+        os.write(told, json.dumps({"taken": pool.taken, "warmed": pool.warmed}).encode())
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -347,10 +354,10 @@ def _stop(number, frame):
     raise KeyboardInterrupt
 
 
-def serve(course, argv, jobs, say, command):
-    """Run the course's grading service until Ctrl-C (or SIGTERM), running command(argv) (the command
-    line's main) for each client; start again when the course changes."""
-    service = Service(course, jobs, say, command)
+def serve(course, argv, jobs, say, run):
+    """Run the course's grading service until Ctrl-C (or SIGTERM), running run(argv, pool) (a grade or
+    grade-class, with the service's spare sandboxes) for each client; start again when the course changes."""
+    service = Service(course, jobs, say, run)
     signal.signal(signal.SIGTERM, _stop)
     try:
         service.prime()

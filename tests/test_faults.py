@@ -21,7 +21,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import push, render
-from autograder.classroom import wide_rows
+from autograder.classrun.publish import wide_rows
 from autograder import results
 from autograder.results import GRADER_FAILED, SubmissionResult, NotebookResult, from_record, grader_failed, to_record
 from tests.notebooks import COURSE, ROOT
@@ -32,7 +32,7 @@ FULL = MASKS.max_score
 STUDENTS = ("ada_perfect", "cara_no_scaling", "kim_mask_bugs")
 # grade-class with a grading process per submission (SUBMISSIONS_PER_JOB = 1), so that a class of three
 # is graded the way a large class is: by forked grading processes beside the run's own process.
-LAUNCH = ("import sys, autograder.classroom as classroom; classroom.SUBMISSIONS_PER_JOB = 1; "
+LAUNCH = ("import sys, autograder.classrun.fanout as fanout; fanout.SUBMISSIONS_PER_JOB = 1; "
           "from autograder.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
@@ -347,38 +347,38 @@ def test_a_fault_that_repeats_on_unchanged_work_is_set_aside_until_the_work_chan
     next (the same reason on the same work: set aside, not tried again), and nothing after that, until
     the work changes or the instructor forces it.  A fault with another reason is tried again."""
     from dataclasses import replace
-    from autograder import classroom
+    from autograder.classrun import fanout, run as class_run, tasks as selection
     from autograder.layout import Layout
     layout, tried, reason = Layout(tmp_path / "out"), [], ["its sandbox failed: it died"]
 
-    def always_faults(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=()):
+    def always_faults(course, layout, pending, jobs, on_done, meanwhile=lambda: None, classmates=(), pool=None):
         for task in pending:   # what the grading process saves for a submission it failed on
             tried.append(task.key)
             layout.save(SubmissionResult(task.student, "masks", [grader_failed(MASKS.notebooks[0], reason[0])]),
                         fingerprint=task.fingerprint, folder=task.folder)
-    monkeypatch.setattr(classroom, "_run", always_faults)
+    monkeypatch.setattr(fanout, "grade_pending", always_faults)
 
     def grading_run(force=False):
-        tasks, pending, _ = classroom.select_tasks(COURSE, SUBMITTED, layout, assignments=["masks"],
+        tasks, pending, _ = selection.select_tasks(COURSE, SUBMITTED, layout, assignments=["masks"],
                                                    students=["kim_mask_bugs"], force=force)
         tried.clear()
-        classroom.run(COURSE, layout, pending, 1, lambda task: None)
+        class_run.run(COURSE, layout, pending, 1, lambda task: None)
         return tasks, list(tried)
     tasks, first = grading_run()
-    assert first == ["kim_mask_bugs/masks"] * 2 and not classroom.set_aside_tasks(layout, tasks)   # once more
+    assert first == ["kim_mask_bugs/masks"] * 2 and not selection.set_aside_tasks(layout, tasks)   # once more
     reason[0] = "the grading process stopped on this submission"   # another reason: tried again, in full
-    assert grading_run()[1] == ["kim_mask_bugs/masks"] * 2 and not classroom.set_aside_tasks(layout, tasks)
+    assert grading_run()[1] == ["kim_mask_bugs/masks"] * 2 and not selection.set_aside_tasks(layout, tasks)
     assert grading_run()[1] == ["kim_mask_bugs/masks"]          # the same reason again: set aside at once
-    assert classroom.set_aside_tasks(layout, tasks) == tasks
+    assert selection.set_aside_tasks(layout, tasks) == tasks
     assert grading_run()[1] == []                               # and nothing more, run after run
     row = render.csv_row(from_record(layout.read_record("kim_mask_bugs", "masks")))
     assert row["status"] == "grader fault" and row["score"] == ""
     assert row["reason"].startswith("masks: the grader failed: the grading process stopped on this submission (set aside")
-    chosen = classroom.ClassRun(layout, tasks, [], [], results=[])
+    chosen = class_run.ClassRun(layout, tasks, [], [], results=[])
     said = render.class_report(chosen, SUBMITTED, "sqlite://").splitlines()
     assert [line for line in said if line.startswith("Set aside")] == [
         "Set aside for the instructor: 1 submission(s) with the same grader fault on unchanged work in two runs, "
         "not graded again until the work changes or FORCE=1: kim_mask_bugs/masks"]
     assert grading_run(force=True)[1] == ["kim_mask_bugs/masks"]   # forced: graded, and set aside again
     changed = [replace(task, fingerprint=task.fingerprint + " changed") for task in tasks]   # the work changed
-    assert not classroom.done(layout, changed[0]) and not classroom.set_aside_tasks(layout, changed)
+    assert not selection.done(layout, changed[0]) and not selection.set_aside_tasks(layout, changed)

@@ -387,10 +387,10 @@ def test_an_authors_check_is_refused_where_it_would_write_part_grades(case, mess
 
 PRIMED_FORK = """
 import os, signal, torch
-from autograder import classroom
+from autograder.classrun import fanout
 from autograder.suites.helpers import tiled
 from tests.notebooks import COURSE
-classroom.prime(COURSE, ["flash_attention"])
+fanout.prime(COURSE, ["flash_attention"])
 made = [tiled.memory_reference.cache_info().currsize, tiled.memory_gradients.cache_info().currsize]
 pid = os.fork()
 if pid == 0:
@@ -402,7 +402,7 @@ print(made, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 
 
 def test_a_grading_process_forked_after_the_run_is_primed_finds_its_suites_prepared_and_computes():
-    """classroom.prime works out what the suites prepare (the flash suites' answers on the 4096-token
+    """fanout.prime works out what the suites prepare (the flash suites' answers on the 4096-token
     inputs, their prepare()) once, in the process that forks the grading processes, and holds torch to
     one thread there: a forked process finds the answers made and its own tensor maths runs (OpenMP's
     threads do not survive a fork: a process that finds their team waits on it forever)."""
@@ -485,10 +485,10 @@ def test_a_picture_is_drawn_once_and_read_back_by_the_next_process(tmp_path, mon
 
 
 def test_a_class_run_takes_the_costliest_submissions_first():
-    """classroom.costliest_first: the assignments with kernels, then those with measured tests, then the
+    """tasks.costliest_first: the assignments with kernels, then those with measured tests, then the
     rest (course.yml says which), each assignment's submissions in the order given, so that a run ends
     on short submissions and its grading processes finish together."""
-    from autograder.classroom import Task, costliest_first
+    from autograder.classrun.tasks import Task, costliest_first
 
     tasks = [Task(f"s{index}", assignment.id, "") for index in range(2) for assignment in COURSE.assignments]
     ordered = costliest_first(COURSE, tasks)

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import classroom, gradebook, variants
+from autograder import gradebook, variants
+from autograder.classrun.publish import publish
 from autograder.cli import held_lines, main
 from autograder.kits import build_gradescope, build_student_kit
 from autograder.layout import Layout
@@ -146,7 +147,7 @@ def test_a_manual_score_given_to_one_version_of_the_work_is_held_when_it_changes
     full, padding = MASKS.max_score, MASKS.exercise("padding_mask").max_score
 
     def final():
-        return next(r.final_score for r in classroom.publish(COURSE, layout, db) if r.student == "ada")
+        return next(r.final_score for r in publish(COURSE, layout, db) if r.student == "ada")
 
     def manual(*how):
         return main(["manual-score", "--assignment", "masks", "--student", "ada", "--exercise", "padding_mask",

@@ -293,7 +293,7 @@ def start_a_helper():
 
 def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_with_it():
     """A class run starts each sandbox before torch is imported and hands it to a forked grading
-    process (classroom.run): that process grades with it and can tell it died (a pidfd); when the
+    process (classrun.fanout): that process grades with it and can tell it died (a pidfd); when the
     grading process dies without a word, the worker sees its socket close and ends, and the process
     that started it reaps it."""
     import multiprocessing

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from nbgrader.api import Gradebook
 
-from autograder.classroom import Task, in_shard
+from autograder.classrun.tasks import Task, in_shard
 from autograder.scale import kubernetes
 from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT

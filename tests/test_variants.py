@@ -306,7 +306,7 @@ def test_every_catalogued_slip_shows_on_every_drawn_variant():
 def test_a_new_secret_grades_the_assignments_with_variants_again(tmp_path, monkeypatch):
     """A submission is graded again when what its grade depends on changes: for an assignment with
     variants, the secret too (every student's numbers change with it); for one without, not."""
-    from autograder.classroom import course_fingerprint
+    from autograder.classrun.tasks import course_fingerprint
     masks = COURSE.assignment("masks")
     before = course_fingerprint(COURSE, BASICS), course_fingerprint(COURSE, masks)
     secret = tmp_path / "secret"

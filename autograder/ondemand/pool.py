@@ -167,7 +167,7 @@ class Pool:
             self.slots.append(self._spawn())
 
     def _spawn(self):
-        sandbox = Started.take(self.course.limits.sandboxed, self.warm, self.kernels)
+        sandbox = Started(self.course.limits.sandboxed, self.warm, self.kernels)
         ours, theirs = self.context.Pipe()
         process = self.context.Process(target=_grading_process, daemon=True,
                                        args=(self.course, self.assignments, sandbox, theirs,

@@ -336,13 +336,13 @@ def tls(server):
 
 async def run(course, assignments, jobs, out, place, who, say):
     """Serve checks at `place` ((host, port, prefix): where_to_listen) for the students `who` names, until a signal."""
-    from autograder import classroom
+    from autograder.classrun import fanout
     from autograder.layout import Layout
     settings = course.check_server
     Layout(out).out.mkdir(parents=True, exist_ok=True)
-    classroom.start_log(Layout(out).log)   # the grader's events, and each check's, as make grade logs them
+    fanout.start_log(Layout(out).log)   # the grader's events, and each check's, as make grade logs them
     context = tls(settings)
-    classroom.prime(course, assignments)   # once, here: every grading process is forked with it
+    fanout.prime(course, assignments)   # once, here: every grading process is forked with it
     hour = LastHour(ledger.read(out))
     pool = Pool(course, assignments, jobs, settings.queue, hour)
     checks = Checks(course, assignments, pool, out, hour, who)

@@ -245,11 +245,8 @@ class Started:
     none`), the grader's end of its control socket and its stderr.  It may be started by one process
     and used by another forked from it (a class's grading processes are handed workers that started
     while torch was still being imported): liveness is read from a pidfd, which any holder can poll,
-    and only the process that started it reaps it."""
-
-    spares = []  # started ahead by the grading service (service.py) for the next run to take over
-    taken = []   # the pids of the spares this process took
-    warmed = None  # whether this process's grading wanted its workers warm (take's warm), once it took one
+    and only the process that started it reaps it (the grading service keeps some started ahead:
+    classrun.sandboxes.SandboxPool)."""
 
     def __init__(self, sandboxed, warm=False, kernels=""):
         """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler);
@@ -277,20 +274,10 @@ class Started:
         if compiler or kernels:
             self.control.send(json.dumps({"op": "warm", "compiler": bool(compiler), "kernels": kernels}).encode())
 
-    @classmethod
-    def take(cls, sandboxed, warm=False, kernels=""):
-        """A spare that is still alive and sandboxed alike (told to warm up as asked if it was not), or a
-        new one."""
-        cls.warmed = bool(cls.warmed) or warm
-        while cls.spares:
-            spare = cls.spares.pop()
-            if spare.sandboxed == sandboxed and spare.control is not None and not spare.exited():
-                spare._warm(warm and not spare.warm, kernels if kernels != spare.kernels else "")
-                spare.warm, spare.kernels = spare.warm or warm, spare.kernels or kernels
-                cls.taken.append(spare.process.pid)
-                return spare
-            cls.taken.append(spare.process.pid)  # not used, yet not to be offered again
-        return cls(sandboxed, warm, kernels)
+    def prepare(self, warm=False, kernels=""):
+        """Taken over by grading that wants it warm, or with kernels of a kind: told what it lacks of that."""
+        self._warm(warm and not self.warm, kernels if kernels != self.kernels else "")
+        self.warm, self.kernels = self.warm or warm, self.kernels or kernels
 
     def ready(self):
         """Whether the worker has said it is ready (its torch imported), without reading the message."""

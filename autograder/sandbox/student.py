@@ -129,7 +129,7 @@ class Worker:
         """Start the worker (it imports torch while the caller goes on; the first order waits for
         it), or take over one already started (jail.Started); raise jail.SandboxUnavailable when
         the sandbox cannot be built here."""
-        self.sandbox = started or jail.Started.take(self.limits.sandboxed, self.warm, self.kernels)
+        self.sandbox = started or jail.Started(self.limits.sandboxed, self.warm, self.kernels)
         self.ready = False
 
     def _wait_ready(self):
