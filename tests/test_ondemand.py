@@ -490,3 +490,62 @@ def test_a_students_grading_seconds_an_hour_are_a_budget(on_hub, tmp_path):
     assert spent.json()["error"] == ("0.001 s of grading of attention_basics an hour is the limit; your checks of the "
                                      "last hour took them.")
     assert 3500 < int(spent.headers["Retry-After"]) <= 3601
+
+
+def kit_check_module():
+    """The kit's check.py, as a student's kernel imports it (`from check import check`)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kit_check", tokens.CLIENT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("environ, address", [
+    ({"JUPYTERHUB_PUBLIC_HUB_URL": "https://hub.example.edu/hub/", "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"},
+     "https://hub.example.edu/services/checks/"),
+    ({"JUPYTERHUB_PUBLIC_HUB_URL": "https://hub.example.edu/jhub/hub/", "JUPYTERHUB_SERVICE_PREFIX": "/jhub/user/alice/lab/"},
+     "https://hub.example.edu/jhub/services/checks/"),   # a named server, under a hub's base
+    ({"JUPYTERHUB_PUBLIC_HUB_URL": "", "JUPYTERHUB_HOST": "https://alice.hub.example.edu:8443",
+      "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}, "https://alice.hub.example.edu:8443/services/checks/")])
+def test_check_py_finds_the_hubs_check_service_from_its_servers_environment(environ, address):
+    assert kit_check_module().hub_service_address(environ) == address
+
+
+def test_check_py_says_so_where_the_hub_gave_no_public_address():
+    with pytest.raises(ValueError, match="c.JupyterHub.public_url"):
+        kit_check_module().hub_service_address({"JUPYTERHUB_PUBLIC_HUB_URL": "", "JUPYTERHUB_SERVICE_PREFIX": "/user/a/"})
+
+
+def test_the_hubs_service_environment_says_where_to_listen_and_who_names_students():
+    """Outside a hub: course.yml's address and the course's tokens. On one: the service's address under its
+    prefix, and the hub; a service environment the hub left half-set, or a --port that is not the hub's,
+    is refused with one line."""
+    from autograder.course import CourseError
+    from autograder.ondemand import hub
+    from autograder.ondemand.server import where_to_listen
+    place, who = where_to_listen(COURSE, None, environ={})
+    assert place == ("127.0.0.1", 8765, "/") and isinstance(who, tokens.CourseTokens)
+    environ = {"JUPYTERHUB_SERVICE_NAME": "checks", "JUPYTERHUB_API_TOKEN": "t", "JUPYTERHUB_API_URL": "http://127.0.0.1:1/hub/api",
+               "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9123", "JUPYTERHUB_SERVICE_PREFIX": "/services/checks/"}
+    place, who = where_to_listen(COURSE, None, environ=environ)
+    assert place == ("127.0.0.1", 9123, "/services/checks/") and isinstance(who, hub.HubStudents)
+    with pytest.raises(CourseError, match="--port 8000 is not the port of the hub's JUPYTERHUB_SERVICE_URL"):
+        where_to_listen(COURSE, 8000, environ=environ)
+    with pytest.raises(CourseError, match="JUPYTERHUB_SERVICE_URL is not set"):
+        where_to_listen(COURSE, None, environ={**environ, "JUPYTERHUB_SERVICE_URL": ""})
+
+
+def test_a_hub_that_does_not_answer_refuses_the_check_with_503_and_retry_after():
+    from autograder.ondemand import hub
+    from autograder.ondemand.server import where_to_listen
+    environ = {"JUPYTERHUB_SERVICE_NAME": "checks", "JUPYTERHUB_API_TOKEN": "t",
+               "JUPYTERHUB_API_URL": f"http://127.0.0.1:{ondemand.free_port()}/hub/api",   # nobody listens
+               "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9123", "JUPYTERHUB_SERVICE_PREFIX": "/services/checks/"}
+    _, who = where_to_listen(COURSE, None, environ=environ)
+    with pytest.raises(tokens.Refused) as refused:
+        asyncio.run(who.student("token abc"))
+    assert refused.value.status == 503 and refused.value.retry_after == hub.HUB_RETRY
+    with pytest.raises(tokens.Refused) as missing:
+        asyncio.run(who.student(""))
+    assert missing.value.status == 401
