@@ -58,8 +58,8 @@ def listening(settings):
     except (KeyError, ValueError):
         raise CourseError(f"JUPYTERHUB_SERVICE_URL {settings['JUPYTERHUB_SERVICE_URL']!r} is not an http(s) "
                           "address with a port") from None
-    prefix = "/" + settings["JUPYTERHUB_SERVICE_PREFIX"].strip("/") + "/"
-    return url.hostname or "127.0.0.1", port, prefix.replace("//", "/")
+    path = settings["JUPYTERHUB_SERVICE_PREFIX"].strip("/")
+    return url.hostname or "127.0.0.1", port, f"/{path}/" if path else "/"
 
 
 class HubStudents:
