@@ -11,10 +11,13 @@ suites of the reference answers beside it), and judged by the functions `make ch
 uses (tests/check.py).
 """
 
+import json
+
 import pytest
 
 from tests.catalogue import DEGENERATES, GAMING, MISTAKES, ALTERNATIVES
 from tests.check import ASSIGNMENT_OF, entries, exactly_as_allowed, grade_entries, judge
+from tests.notebooks import COURSE
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +66,31 @@ def test_degenerate_answer_earns_next_to_nothing_and_hears_why_once(graded, dege
 def test_gaming_answer_loses_the_measured_points(graded, gaming):
     _, wrong = judge(graded, "gaming", gaming)
     assert not wrong, f"{gaming.name!r}: {wrong}"
+
+
+@pytest.mark.slow
+def test_no_check_answer_of_the_catalogue_holds_a_hidden_line(graded):
+    """Every graded entry, answered as the check server answers a student (ondemand.server.answer) under each
+    of the policy's three ways of showing, holds no line of a hidden suite, nor of a solution the student did not
+    send: well over a thousand answers, of every exercise's mistakes, alternatives, degenerate and gaming answers."""
+    from types import SimpleNamespace
+
+    from autograder.ondemand.server import answer
+    from autograder.schedule import now
+    from tests.ondemand import hidden_lines, leaked
+
+    lines = hidden_lines(COURSE, [assignment.id for assignment in COURSE.assignments])
+    scanned, found = 0, []
+    for path in sorted(graded.glob("*/*/grade.json")):
+        record = json.loads(path.read_text())
+        assignment = COURSE.assignment(record["assignment"])
+        sent = "".join(p.read_text() for p in graded.parent.parent.glob(f"submitted-*/{record['student']}/"
+                                                                          f"{assignment.id}/*.ipynb"))
+        for notebook in (nb for nb in assignment.notebooks if nb.name in {n["notebook"] for n in record["notebooks"]}):
+            job = SimpleNamespace(student=record["student"], assignment=assignment, notebook=notebook, now=now())
+            for shows in ("causes", "tests", "total"):
+                text = json.dumps(answer(job, json.loads(path.read_text()), shows, []))
+                found += [f"{path.parent.name} of {record['student']} ({shows}): {line}"
+                          for line in leaked(text, sent, lines)]
+                scanned += 1
+    assert scanned >= 1000 and not found, (scanned, found[:10])
