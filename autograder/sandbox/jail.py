@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.sandbox import INSIDE_DIR
+from autograder.sandbox.inside.kernels import kernel_device   # where kernels run: one answer, both sides of the wall
 
 NOBODY = 65534
 # The worker's heap in transparent huge pages, where the machine gives them on request (its
@@ -43,15 +44,6 @@ WORKER_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 HUGE_PAGE_SETTINGS = "/sys/kernel/mm/transparent_hugepage"
 ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MPLBACKEND": "Agg",
                "OMP_NUM_THREADS": "1", "HOME": "/tmp", **WORKER_MALLOC}
-
-
-def kernel_device(environment=None):
-    """Where an assignment's kernels run: "cuda" when AUTOGRADER_KERNEL_DEVICE says so (a grader with
-    a CUDA device), else "cpu": Triton's interpreter, which must be chosen before Triton is imported
-    (torch imports it while the worker warms up), so the worker starts with TRITON_INTERPRET=1.
-    environment: this process's unless given."""
-    environment = os.environ if environment is None else environment
-    return "cuda" if environment.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
 
 
 # What a CUDA child needs of the grader's environment, where it is set: where the driver's libraries

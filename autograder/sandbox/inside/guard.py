@@ -18,11 +18,12 @@ code for exactly that kind of reach (rules.reaches_into_internals), where the st
 cannot interfere.
 """
 
-import os
 import warnings
 
 import torch
 import torch.nn.functional as F
+
+import kernels
 
 # Dispatcher operators that compute attention (substrings of their aten names).
 ATTENTION_OPERATORS = ("scaled_dot_product", "multi_head_attention", "flash_attention",
@@ -33,10 +34,8 @@ ATTENTION_FUNCTIONS = ("multi_head_attention_forward",)
 BUILTIN_NAMES = ("scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention",
                  "_scaled_dot_product_attention_math", "flex_attention")
 # Where the guard refuses: the CPU, and the CUDA device where the grader runs kernels on one
-# (AUTOGRADER_KERNEL_DEVICE=cuda in the worker's environment, jail.kernel_environment: a kernel
-# assignment's tensors live there during its calls).  Read from the environment, not by asking
-# torch: this runs in the warm worker, which must not initialise CUDA before it forks.
-ON_CUDA = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
+# (kernels.kernel_device: a kernel assignment's tensors live there during its calls).
+ON_CUDA = kernels.kernel_device() == "cuda"
 DISPATCH_KEYS = ("CPU", "AutogradCPU") + (("CUDA", "AutogradCUDA") if ON_CUDA else ())
 
 

@@ -68,7 +68,7 @@ Imports, by their own names in the sandbox (sandbox/inside/__init__.py): gpu_com
 import dataclasses
 import os
 
-__all__ = ["prepare", "open_device", "Tally", "OutOfBounds", "Uncounted", "memory_operations",
+__all__ = ["kernel_device", "prepare", "open_device", "Tally", "OutOfBounds", "Uncounted", "memory_operations",
            "routed_operations", "COUNTED", "FIELDS", "INTERPRETED"]
 DEPENDS = ("gpu_compiler", "counter")   # the modules of sandbox/inside/ this one imports by name
 
@@ -80,6 +80,18 @@ FIELDS = ("launches", "programs", "addressed", "idle_loads", "flops")
 COUNTED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 # The functions of the interpreter's native module known to touch no memory (every other one does).
 NATIVE_ARITHMETIC = frozenset({"fma_fp32", "fma_fp64"})
+
+
+def kernel_device(environment=None):
+    """Where an assignment's kernels run, the one answer both sides of the wall ask (the grader as
+    autograder.sandbox.inside.kernels, through jail; the worker and its children as `kernels`): "cuda"
+    when AUTOGRADER_KERNEL_DEVICE says so (a grader with a CUDA device; jail.kernel_environment hands
+    it to the worker), else "cpu": Triton's interpreter, which must be chosen before Triton is imported
+    (torch imports it while the worker warms up), so the worker starts with TRITON_INTERPRET=1.  Read
+    from the environment, not by asking torch: the warm worker must not initialise CUDA before it
+    forks.  environment: this process's unless given."""
+    environment = os.environ if environment is None else environment
+    return "cuda" if environment.get("AUTOGRADER_KERNEL_DEVICE", "").lower() == "cuda" else "cpu"
 
 
 class OutOfBounds(IndexError):

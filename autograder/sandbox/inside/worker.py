@@ -92,8 +92,10 @@ import handlers  # noqa: E402  (after the filter, the imports and the warm-up)
 
 SCRATCH_ROOTS = ("/tmp", "/dev/shm")
 PR_SET_THP_DISABLE = 41
-# Kernels compiled for the CUDA device (jail.kernel_environment), not run in Triton's interpreter.
-ON_GPU = os.environ.get("AUTOGRADER_KERNEL_DEVICE") == "cuda"
+import kernels  # noqa: E402  (imports no Triton: kernels.prepare does, when an assignment needs it)
+
+# Kernels compiled for the CUDA device, not run in Triton's interpreter (kernels.kernel_device).
+ON_GPU = kernels.kernel_device() == "cuda"
 
 
 def child(control, pipes, memory_mb, on_gpu, kernels=False):

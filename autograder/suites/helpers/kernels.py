@@ -10,7 +10,6 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
-from autograder.sandbox import jail
 from autograder.sandbox.inside.protocol import Strided
 from autograder.suites.helpers.common import attention_lse, counted, randn
 
@@ -26,11 +25,11 @@ TF32 = dict(rtol=1e-2, atol=1e-2)
 
 
 @pytest.fixture(autouse=True)
-def tf32_on_a_gpu():
-    """float32 compared at TF32's precision where the kernels run on a GPU, for the time of each test
-    of a suite that binds this fixture (tf32_on_a_gpu = A.tf32_on_a_gpu); Triton's interpreter keeps
-    checks.TOLERANCES'."""
-    on_gpu = jail.kernel_device() == "cuda"
+def tf32_on_a_gpu(student):
+    """float32 compared at TF32's precision where the kernels run on a GPU (the harness says where:
+    the student's `device`), for the time of each test of a suite that binds this fixture
+    (tf32_on_a_gpu = A.tf32_on_a_gpu); Triton's interpreter keeps checks.TOLERANCES'."""
+    on_gpu = student.device == "cuda"
     with checks.tolerances({torch.float32: TF32}) if on_gpu else contextlib.nullcontext():
         yield
 
