@@ -229,7 +229,7 @@ class Counted:
     the calls)."""
 
     def __init__(self, allocations=False):
-        # A dispatch mode's first entry imports torch's compiler stack (about a second), which fails
+        # A dispatch mode's first entry imports torch's dynamo stack (torch._dynamo, about a second), which fails
         # as a circular import when it first happens inside the mode: imported here, before the call
         # and its time limit (the warm worker has usually done it already: worker.warm_compiler).
         import torch._dynamo  # noqa: F401

@@ -197,7 +197,7 @@ def open_device(memory_mb):
     torch.cuda.init()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (memory_mb << 20) / total))
-    _warm_compiler()
+    _warm_gpu_compiler()
     # autograd's thread for the device starts at the first backward pass: start it now, so that the
     # threads the grader notes before the submission's code (student.StudentProcess) include it.
     x = torch.ones(2, device="cuda", requires_grad=True)
@@ -205,8 +205,8 @@ def open_device(memory_mb):
     torch.cuda.synchronize()
 
 
-def _warm_compiler():
-    """Compile and run one small kernel, so that Triton's compiler is loaded and set up before the
+def _warm_gpu_compiler():
+    """Compile and run one small kernel, so that Triton's GPU compiler is loaded and set up before the
     submission's first call, whose time limit would otherwise pay for it."""
     import torch
     import triton

@@ -18,7 +18,7 @@ OUT_OF_BOUNDS = ("OutOfBounds",)
 
 
 # On a GPU tl.dot multiplies float32 tiles in TF32 (a 10-bit mantissa) unless the kernel asks for
-# "ieee", and Triton's compiler may turn a broadcast product and its sum into such a tl.dot: float32
+# "ieee", and Triton's GPU compiler may turn a broadcast product and its sum into such a tl.dot: float32
 # results of a correct kernel then agree with attention to about 1e-3, as the notebook's own checks
 # allow there.  The mistakes of the catalogue are wrong by far more.
 TF32 = dict(rtol=1e-2, atol=1e-2)
@@ -87,7 +87,7 @@ TRITON_CRASHES = [
     (("trans_a", "trans_b"), "tl.dot takes no trans_a or trans_b since Triton 2.1: pass tl.trans(b)"),
     (("CompilationError",), "Triton could not compile the kernel for the GPU: its body is not Triton that a GPU "
                             "compiles (NumPy, Python lists or torch inside it, or a tl operation given what it "
-                            "does not take); the compiler's words above name the line"),
+                            "does not take); the GPU compiler's words above name the line"),
 ]
 NOT_THE_KERNEL = ("The work must be your kernel's: launch it from the function, and compute inside it (tl.dot, "
                   "tl.exp, tl.sum): torch may allocate the outputs, but not compute the answer.")
