@@ -5,10 +5,17 @@ It holds what grading one submission needs to remember: which exercise is being 
 exercises must be written from scratch (their calls run under the attention guard), which of
 them called torch's attention anyway, and results the suites reuse within this submission (a
 model trained once, checked by several tests).  The process underneath only carries messages.
+
+It is also where the suites get what they need of the sandbox without reaching into it (a suite never
+talks to the student process, nor imports from autograder/sandbox/): `StudentError`, what a call of the
+student's that raised comes back as, and `Strided`, a tensor sent with its layout in memory.
 """
 
 from autograder.sandbox import replies
+from autograder.sandbox.inside.protocol import Strided
 from autograder.sandbox.student import StudentError
+
+__all__ = ["Student", "StudentError", "Strided"]
 
 
 class Student:

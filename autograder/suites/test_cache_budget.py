@@ -10,7 +10,7 @@ bytes worked out by hand, the budget) is named for each kind it puts wrong.
 import torch
 
 from autograder.harness import checks
-from autograder.sandbox.student import StudentError
+from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import whose_numbers
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).

@@ -3,7 +3,7 @@ by the student's flash_attention_kernel.
 
 Values are compared with the grader's attention over shapes, dtypes, memory layouts and block sizes
 the grader chooses.  The kernel runs in Triton's interpreter in the student's process, which counts
-what the call's kernels did (sandbox/inside/kernels.py): the elements their loads address show the causal
+what the call's kernels did (docs/kernels.md): the elements their loads address show the causal
 tile skip, their products show that the kernel did the work; a load or store outside every tensor
 of the launch stops the kernel with OutOfBounds.  The strided test's inputs are transposed views and
 views into NaN-padded tensors, so an address from a contiguous layout shows in the values."""

@@ -2,7 +2,7 @@
 its forward pass is the student's kernel, its backward pass the course's recomputation.
 
 Gradients are compared with those of the grader's attention in float64; the forward pass must run
-the student's kernel (counted in Triton's interpreter, sandbox/inside/kernels.py).  The lengths are
+the student's kernel (counted in Triton's interpreter, docs/kernels.md).  The lengths are
 multiples of the kernel's default blocks, so a kernel that misses its masks on a partial tile loses
 those points in its own exercise, not again here."""
 
@@ -10,7 +10,7 @@ import torch
 
 from autograder.harness import checks, substance
 from autograder.suites.helpers import kernels
-from autograder.suites.helpers.common import crash_hint, named, randn
+from autograder.suites.helpers.common import crash_hint, named, randn, recomputed_gradients, tril
 from autograder.suites.helpers.kernels import (OUT_OF_BOUNDS, TRITON_CRASHES, check_kernel_work, kernel_qkv,
                                                reference)
 
@@ -69,24 +69,13 @@ def backward_without_mask(q, k, v, upstream):
     """The gradients from weights recomputed without the mask, with the causal forward's lse and out."""
     q64, k64, v64 = (x.double() for x in (q, k, v))
     out, lse = reference(q64, k64, v64, causal=True)
-    return recomputed(q64, k64, v64, out, lse, upstream.double(), masked=False)
+    return recomputed_gradients(q64, k64, v64, out, lse, upstream.double())
 
 
 def swapped_backward(q, k, v, out, d_out, causal):
+    """The course's recomputation handed d_out for out and out for d_out."""
     _, lse = reference(q, k, v, causal)
-    return recomputed(q, k, v, d_out, lse, out, masked=causal)
-
-
-def recomputed(q, k, v, out, lse, d_out, masked):
-    """The recomputation's gradients (the course's flash_attention_backward in one tile)."""
-    scale = q.shape[-1] ** -0.5
-    s = q @ k.transpose(-2, -1) * scale
-    if masked:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -torch.inf)
-    p = torch.exp(s - lse[..., None])
-    dv = p.transpose(-2, -1) @ d_out
-    ds = p * (d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
-    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, dv
+    return recomputed_gradients(q, k, v, d_out, lse, out, tril(q.shape[-2], k.shape[-2]) if causal else None)
 
 
 def prepare():

@@ -9,7 +9,7 @@ as well, so a RoPE slip is charged to apply_rope alone."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.sandbox.student import StudentError
+from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import B, crash_hint, named, randn, run_module
 from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, piece_bounds
 from autograder.suites.helpers.latent import (MLA_SIZES, mla, mla_attend, mla_cache_entries, mla_parameters,

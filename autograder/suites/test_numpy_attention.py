@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from autograder.harness import checks, substance
-from autograder.sandbox.student import StudentError
+from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import (B, D_V, H, SK, SQ, attention, crash_hint, named, pick, qkv,
                                               torch_attention, torch_weights)
 

@@ -4,7 +4,7 @@ the student's paged_attention_kernel (grid (B, H_kv, num_splits)) and combine_ke
 The pools are laid out as a serving system's pool looks after a while: blocks in a random order, NaN
 in every slot nobody holds, and table entries past a sequence's blocks naming other sequences' blocks.
 The kernels run in Triton's interpreter in the student's process, which counts what they did
-(sandbox/inside/kernels.py): the elements their loads address show that each block a sequence owns is
+(docs/kernels.md): the elements their loads address show that each block a sequence owns is
 read once per head group and no other block is; their products and stores show the kernels did the
 work; a load outside every tensor stops the kernel with OutOfBounds."""
 

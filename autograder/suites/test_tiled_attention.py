@@ -2,7 +2,7 @@
 
 Values are compared with the grader's attention; the causal tile skip is read from the matrix
 products' floating-point operations (counted in the student's process); the memory is read from
-outside the student's process (autograder/sandbox/memory.py), on inputs long enough that one [Sq, Sk]
+outside the student's process (docs/measured.md), on inputs long enough that one [Sq, Sk]
 score matrix stands out."""
 
 import math

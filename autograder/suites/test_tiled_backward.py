@@ -3,7 +3,7 @@ block_k=64) -> (dq, dk, dv).
 
 The gradients are compared with autograd's through the grader's attention; the grader hands in the
 true out and lse, so a slip in the student's forward costs nothing here.  The memory is read from
-outside the student's process (autograder/sandbox/memory.py), as for the forward."""
+outside the student's process (docs/measured.md), as for the forward."""
 
 import math
 
@@ -11,7 +11,7 @@ import torch
 
 from autograder.harness import checks, substance
 from autograder.suites.helpers.common import (B, D_K, D_V, H, SK, SQ, attention, check_inputs_unchanged,
-                                              crash_hint, named, qkv, randn, tril)
+                                              crash_hint, named, qkv, randn, recomputed_gradients, tril)
 from autograder.suites.helpers.stored import stored
 from autograder.suites.helpers.tiled import (MEMORY_BLOCK, MEMORY_N, PRECISION_SIZED, check_measured_values,
                                              check_memory, logsumexp, memory_gradients, relative_error)
@@ -63,28 +63,19 @@ def backward(student, q, k, v, d_out, causal=False, block_q=BLOCK_Q, block_k=BLO
 
 
 def autograd(q, k, v, d_out, mask=None, mistake=None, block_q=BLOCK_Q, block_k=BLOCK_K):
-    """(dq, dk, dv) by autograd through attention, or what a named mistake gives, tiled as the
-    statement says (no_mask: the tiles above the diagonal skipped, no mask inside the others)."""
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    scale = 1 / math.sqrt(q.shape[-1])
+    """(dq, dk, dv) by autograd through attention, or what a named mistake gives (the recomputation's
+    switches), tiled as the statement says (no_mask: the tiles above the diagonal skipped, no mask
+    inside the others)."""
     if mistake is None:
+        q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
         out = attention(q, k, v, mask)[0]
         return torch.autograd.grad(out, (q, k, v), d_out)
-    with torch.no_grad():
-        seen = mask
-        if mask is not None and mistake == "no_mask":
-            rows = torch.arange(q.shape[-2]) // block_q * block_q + block_q - 1   # each query tile's last query
-            seen = torch.arange(k.shape[-2]) // block_k * block_k <= rows[:, None]
-        scores = q @ k.transpose(-2, -1) * scale
-        if seen is not None:
-            scores = scores.masked_fill(~seen, -math.inf)
-        p = torch.exp(scores - logsumexp(q, k, mask)[..., None])
-        dv = p.transpose(-2, -1) @ d_out
-        dp = d_out @ v.transpose(-2, -1)
-        delta = 0 if mistake == "no_delta" else (d_out * attention(q, k, v, mask)[0]).sum(-1, keepdim=True)
-        ds = p * (dp - delta)
-        factor = 1.0 if mistake == "no_scale" else scale
-        return ds @ k * factor, ds.transpose(-2, -1) @ q * factor, dv
+    seen = mask
+    if mask is not None and mistake == "no_mask":
+        rows = torch.arange(q.shape[-2]) // block_q * block_q + block_q - 1   # each query tile's last query
+        seen = torch.arange(k.shape[-2]) // block_k * block_k <= rows[:, None]
+    return recomputed_gradients(q, k, v, attention(q, k, v, mask)[0], logsumexp(q, k, mask), d_out, seen,
+                                delta=mistake != "no_delta", scaled=mistake != "no_scale")
 
 
 def named_mistakes(q, k, v, d_out, mask, index, block_q, block_k):
@@ -156,11 +147,7 @@ def test_lengths_the_blocks_do_not_divide(student):
 def given_out_gradients(q, k, v, out, lse, d_out):
     """(dq, dk, dv) in float64 for exactly the inputs handed in: D = rowsum(dO * O) of the `out` given (rounded
     to the inputs' dtype), which is what a right answer computes; autograd's D would use the exact output."""
-    q, k, v, out, d_out = (t.double() for t in (q, k, v, out, d_out))
-    scale = 1 / math.sqrt(q.shape[-1])
-    p = torch.exp(q @ k.transpose(-2, -1) * scale - lse.double()[..., None])
-    ds = p * (d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
-    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ d_out
+    return recomputed_gradients(*(t.double() for t in (q, k, v, out, lse, d_out)))
 
 
 PROPERTY = ("dV = P^T @ dO, dS = P * (dP - D) with D = rowsum(dO * O), dQ = dS @ K / sqrt(d) and dK = dS^T @ Q / "

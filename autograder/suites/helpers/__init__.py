@@ -1,7 +1,9 @@
 """What every suite shares: inputs, sizes, crash hints, module runs, gradient checks, and the
 attention maths on the grader's side (once, with the switches its named mistakes need).
 
-A suite never talks to the student process directly: its calls (one per student function, in the
+A suite never talks to the student process directly, nor imports from autograder/sandbox/ (what it
+needs of it, the student's errors and a tensor sent with its layout, the harness hands it:
+autograder/harness/context.py): its calls (one per student function, in the
 suite's own module) go through `run_module` or `student.call`, check that what came back has the
 promised form, and raise Feedback in words the student understands when it does not.  Inputs are
 made here, so every test uses sizes that are all distinct (B != H != Sq != Sk != d_k != d_v).

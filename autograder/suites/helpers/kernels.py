@@ -1,6 +1,6 @@
 """What the kernel suites share (the triton_attention assignment): inputs laid out in memory as the
 grader chooses, attention and its logsumexp on the grader's side, and what a call's kernels must
-have done, counted where the kernel runs (sandbox/inside/kernels.py) and in torch (sandbox/inside/counter.py)."""
+have done, counted where the kernel runs and in torch (docs/kernels.md, docs/measured.md)."""
 
 import contextlib
 import math
@@ -10,7 +10,7 @@ import torch
 
 from autograder.harness import checks
 from autograder.harness.checks import Feedback
-from autograder.sandbox.inside.protocol import Strided
+from autograder.harness.context import Strided
 from autograder.suites.helpers.common import attention_lse, counted, randn
 
 # The words of the error a kernel gets when a load or store leaves every tensor it was given.
@@ -36,7 +36,7 @@ def tf32_on_a_gpu(student):
 
 def laid_out(x):
     """x as the student's code will receive it: the same view of memory (its strides, and what lies
-    between its elements), not a contiguous copy (sandbox/inside/protocol.py's Strided)."""
+    between its elements), not a contiguous copy (Strided, as the harness hands it)."""
     return Strided(x)
 
 

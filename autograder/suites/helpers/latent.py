@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks
-from autograder.sandbox.student import StudentError
+from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import linear_parameters, randn
 
 

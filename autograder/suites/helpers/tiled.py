@@ -100,18 +100,13 @@ def memory_reference(seed, causal=False):
 
 @stored
 def memory_gradients(seed):
-    """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, in float32 and in closed
-    form (dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = dS K / sqrt(d); dK = dS^T Q / sqrt(d)),
-    worked out once and stored (stored.py)."""
+    """(q, k, v, d_out, out, lse, dq, dk, dv) of the backward's memory input, in float32: out and lse the
+    grader's attention (attention_lse), the gradients autograd's through it, worked out once and stored
+    (stored.py)."""
     q, k, v, d_out = memory_inputs(4, seed)
-    scale = 1 / math.sqrt(MEMORY_D)
-    weights = scores(q, k, scale=scale)
-    lse = weights.logsumexp(dim=-1)
-    weights = torch.exp(weights.sub_(lse[..., None]))   # in place: one [N, N] matrix at a time
-    out = weights @ v
-    dv = weights.transpose(-2, -1) @ d_out
-    weights.mul_(d_out @ v.transpose(-2, -1) - (d_out * out).sum(-1, keepdim=True))
-    return q, k, v, d_out, out, lse, weights @ k * scale, weights.transpose(-2, -1) @ q * scale, dv
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = attention_lse(*leaves)
+    return q, k, v, d_out, out.detach(), lse.detach(), *torch.autograd.grad(out, leaves, d_out)
 
 
 def megabytes(count):
@@ -161,7 +156,7 @@ def check_memory(reply, function, tensors, matrix, whole, blocks=f"blocks of {ME
                    f"is allowed (one {MEMORY_N} x {MEMORY_N} float32 {matrix} is {megabytes(matrix_bytes)}).", hint)
 
 
-# -- counted work: the FLOPs of a call's products, counted in the student's process (sandbox/inside/counter.py) ---
+# -- counted work: the FLOPs of a call's products, counted in the student's process (docs/measured.md) ---
 
 HIDDEN_WORK = ("Do the products with torch (@, torch.matmul, einsum or element-wise products): work done in "
                "NumPy or with Python numbers cannot be counted, and a count below what the algorithm itself "
