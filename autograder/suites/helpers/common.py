@@ -284,6 +284,22 @@ def attention_lse(q, k, v, mask=None, *, causal=False):
     return torch.exp(s - lse[..., None]) @ v, lse
 
 
+def recomputed_gradients(q, k, v, out, lse, d_out, seen=None, *, delta=True, scaled=True):
+    """(dq, dk, dv) as FlashAttention's backward recomputes them from the forward's out and lse, written
+    once (in one tile): P = exp(S - lse) over the keys `seen` allows (True = may attend; every key when
+    None), dV = P^T dO, dS = P * (dO V^T - D) with D = rowsum(dO * O), dQ = dS K / sqrt(d) and
+    dK = dS^T Q / sqrt(d).  A right answer's gradients come from autograd through `attention`; this is
+    for what the inputs handed in imply (an `out` rounded to their dtype) and for the named mistakes'
+    switches: delta=False (no D), scaled=False (no 1/sqrt(d) on dQ and dK), `seen` other than the
+    mask lse was taken with."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    p = torch.exp(scores(q, k, seen, scale=scale) - lse[..., None])
+    dv = p.transpose(-2, -1) @ d_out
+    ds = p * (d_out @ v.transpose(-2, -1) - ((d_out * out).sum(-1, keepdim=True) if delta else 0))
+    factor = scale if scaled else 1.0
+    return ds @ k * factor, ds.transpose(-2, -1) @ q * factor, dv
+
+
 def heads_of(x, num_heads):
     """[B, S, H * d_k] -> [B, H, S, d_k]."""
     b, s, d = x.shape
