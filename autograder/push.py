@@ -45,6 +45,15 @@ def client(course, api=None):
     return GitHub(token, api or os.environ.get("GITHUB_API_URL") or "https://api.github.com")
 
 
+def organization(course, name=None, prefix=None):
+    """(organization, repository prefix) of grading on push: those given, else course.yml's github section."""
+    name = name or course.github.get("organization")
+    prefix = prefix if prefix is not None else course.github.get("repository_prefix", "")
+    if not name:
+        raise CourseError("no organization: set github.organization in course.yml or pass --organization")
+    return name, prefix
+
+
 def student_of(repository, prefix):
     return repository.full_name.split("/", 1)[1][len(prefix):]
 

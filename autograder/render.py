@@ -317,6 +317,13 @@ def class_report(chosen, submitted, db, table=False):
     return "\n".join(parts)
 
 
+def last_line(result):
+    """grade's and gradescope's last line (setup.sh reads it): the score, or the grader's fault."""
+    if result.faulted:
+        return f"grader fault, no score: {result.fault}"
+    return f"{result.score:g} / {result.max_score:g}" + (f"  ({result.reason})" if result.reason else "")
+
+
 def score_text(result):
     """A result's final score as the console gives it; "grader fault" instead of a number for a fault."""
     return GRADER_FAULT if result.faulted else f"{result.final_score:g} / {result.max_score:g}"

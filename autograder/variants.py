@@ -73,6 +73,30 @@ def notebook_has_variants(notebook):
     return any(exercise.variant for exercise in notebook.exercises)
 
 
+def with_variants(assignments):
+    """The assignments among these that have variants; CourseError where none has."""
+    chosen = [assignment for assignment in assignments if has_variants(assignment)]
+    if not chosen:
+        raise CourseError("no assignment with variants among " + (", ".join(a.id for a in assignments) or "those released"))
+    return chosen
+
+
+def secret_wanted(course):
+    """Whether the course needs a variant secret it does not have yet (an assignment has variants, and none exists)."""
+    return not secret_path(course).exists() and any(map(has_variants, course.assignments))
+
+
+def require_student(course, assignment, student):
+    """For an assignment with variants, a notebook graded on whose numbers: never a default's, never an id
+    the class lacks; CourseError where `student` is not given or not of the roster."""
+    if not has_variants(assignment):
+        return
+    if not student:
+        raise CourseError(f"{assignment.id} has exercises on each student's own numbers: say whose notebook it "
+                          "is with --student ID (the folder name under submitted/)")
+    Variants.of(course).whose([student], "--student: ")
+
+
 def secret_path(course):
     """Where the course's secret lives: $COURSE_VARIANT_SECRET, course.yml's variant_secret, or the default."""
     return Path(os.path.expanduser(os.environ.get(SECRET_ENV) or course.variant_secret or DEFAULT_SECRET))

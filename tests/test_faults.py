@@ -33,7 +33,7 @@ STUDENTS = ("ada_perfect", "cara_no_scaling", "kim_mask_bugs")
 # grade-class with a grading process per submission (SUBMISSIONS_PER_JOB = 1), so that a class of three
 # is graded the way a large class is: by forked grading processes beside the run's own process.
 LAUNCH = ("import sys, autograder.classrun.fanout as fanout; fanout.SUBMISSIONS_PER_JOB = 1; "
-          "from autograder.cli import main; sys.exit(main(sys.argv[1:]))")
+          "from autograder.__main__ import main; sys.exit(main(sys.argv[1:]))")
 
 
 def grade_class(folder, students, *extra, popen=False, timeout=300, out=None):

@@ -16,7 +16,8 @@ from nbgrader.api import Gradebook
 
 from autograder import gradebook, variants
 from autograder.classrun.publish import publish
-from autograder.cli import held_lines, main
+from autograder.__main__ import main
+from autograder.cli.grading import held_lines
 from autograder.kits import build_gradescope, build_student_kit
 from autograder.layout import Layout
 from autograder.results import GRADER_FAILED, NotebookResult, SubmissionResult, zero_results

@@ -20,6 +20,7 @@ which finished.
 """
 
 import shlex
+from pathlib import Path
 
 import yaml
 
@@ -95,3 +96,12 @@ def manifests(*, name, shards, image, claim, parallelism=None, jobs=1, memory="6
 
 def to_yaml(objects):
     return yaml.safe_dump_all(objects, sort_keys=False)
+
+
+def write(shards, merge, output):
+    """The shards' objects into `output`, the merge's beside it (<stem>-merge<suffix>); both paths."""
+    first = Path(output)
+    second = first.with_name(f"{first.stem}-merge{first.suffix}")
+    first.write_text(to_yaml(shards))
+    second.write_text(to_yaml(merge))
+    return first, second
