@@ -115,13 +115,13 @@ def test_a_submission_process_is_refused_everything_outside_its_scratch_space(mo
 CORRECT_SDPA = solution_answers("scaled_attention")["sdpa"]
 
 FORGE = r'''
-import io, os, stat, struct
-def forge(value, raw=None):
-    """Write a framed message on every pipe this process may write to."""
+import io, json, os, stat, struct
+def forge(value, raw=None, data=b""):
+    """Write a framed message on every pipe this process may write to (value: the message's JSON text,
+    data: the bytes its tensors name; raw: the whole payload)."""
     if raw is None:
-        buffer = io.BytesIO()
-        torch.save(value, buffer)
-        raw = buffer.getvalue()
+        text = json.dumps(value).encode()
+        raw = struct.pack("!I", len(text)) + text + data
     frame = struct.pack("!Q", len(raw)) + raw
     for fd in range(3, 64):
         try:
@@ -153,9 +153,9 @@ ATTACKS = {
     "forged_expanded_tensor": FORGE + CORRECT_SDPA.replace(
         "def scaled_dot_product_attention(q, k, v, mask=None):",
         "def scaled_dot_product_attention(q, k, v, mask=None):\n"
-        "    huge = ['tensor', torch.zeros(1, dtype=torch.float64).expand(100000, 100000)]\n"
+        "    huge = ['tensor', {'tensor': ['torch.float64', 'torch.strided', [100000, 100000], 0, 8]}]\n"
         "    forge(['dict', {'ok': ['py', True], 'value': ['dict', {'output': ['tuple', [huge, huge]],"
-        " 'input_grads': ['py', None]}]}])"),
+        " 'input_grads': ['py', None]}]}], data=bytes(8))"),
     # the shape of what comes back
     "expanded_tensor": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
                        "    huge = torch.zeros(1, dtype=torch.float64).expand(100000, 100000)\n"

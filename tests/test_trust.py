@@ -225,14 +225,13 @@ def test_a_computed_name_is_held_to_the_rule_as_the_code_runs(worker):
 
 
 FORGER = """
-import io, os, struct
+import json, os, struct
 def forge():
     # a whole reply, framed as the child's are, written by the submission itself on the reply pipe
     message = ["dict", {"ok": ["py", True], "value": ["dict", {"output": ["py", 42.0], "input_grads": ["py", None],
                "used_builtin_attention": ["py", False]}]}]
-    buffer = io.BytesIO()
-    torch.save(message, buffer)
-    payload = buffer.getvalue()
+    text = json.dumps(message).encode()
+    payload = struct.pack("!I", len(text)) + text
     for fd in range(3, 12):
         try:
             os.write(fd, struct.pack("!Q", len(payload)) + payload)
@@ -287,21 +286,27 @@ def test_the_child_cannot_read_or_write_its_own_memory_or_pipes_through_proc(wor
         assert student.call("through_proc", "/proc/self/status", "rb")["output"] == "opened"
 
 
-def _frame(value=None, raw=None):
-    import io
+def _frame(value=None, raw=None, data=b""):
+    """A frame as a hostile process would write it by hand: `value`'s JSON text and then `data` (the
+    bytes its tensors name), or `raw` as the whole payload."""
+    import json
     import struct
     if raw is None:
-        buffer = io.BytesIO()
-        torch.save(value, buffer)
-        raw = buffer.getvalue()
+        text = json.dumps(value).encode()
+        raw = struct.pack("!I", len(text)) + text + data
     return struct.pack("!Q", len(raw)) + raw
+
+
+# One float64 of bytes named as a tensor of 100000 x 100000 (what an expanded tensor would be touched as).
+HUGE = {"tensor": ["torch.float64", "torch.strided", [100000, 100000], 0, 8]}
 
 
 @pytest.mark.parametrize("frame,reason", [
     (_frame(raw=b"\x00" * 100), "unreadable message"),
     (_frame(raw=b"cos\nsystem\n(S'touch /tmp/pwned'\ntR."), "unreadable message"),
-    (_frame(["dict", {"ok": ["py", True], "value": ["tensor", torch.zeros(1, dtype=torch.float64).expand(100000, 100000)]}]),
-     "over the size limit"),
+    (_frame(["dict", {"ok": ["py", True], "value": ["tensor", HUGE]}], data=bytes(8)), "over the size limit"),
+    (_frame(["tensor", {"tensor": ["torch.float64", "torch.strided", [4], 0, 8]}], data=bytes(8)), "not in the message"),
+    (_frame(["tensor", {"tensor": ["torch.complex64", "torch.strided", [1], 0, 8]}], data=bytes(8)), "unsupported kind"),
     (_frame(["list", [["list", [["list", [["py", 0]]]]]]] * 1), None),
 ])
 def test_a_frame_on_the_pipe_is_read_with_limits_before_anything_uses_it(frame, reason):

@@ -61,7 +61,6 @@ counter.install()
 def warm_up():
     """Run once what every submission would otherwise pay for on first use: lazy imports and
     first-call initialisation of autograd, the serialiser and the guard."""
-    import io
     x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     layer = torch.nn.Linear(4, 4).double()
     scores = (layer(x) @ x.transpose(-2, -1)).masked_fill(torch.ones(3, 3).tril() == 0, float("-inf"))
@@ -74,16 +73,9 @@ def warm_up():
     torch.nn.MultiheadAttention(4, 2, batch_first=True)(x.float(), x.float(), x.float())
     with GUARD:
         pass
-    torch.load(io.BytesIO(_saved(protocol.encode({"x": x.detach(), "a": np.ones(2)}))), weights_only=True)
+    protocol.decode(protocol.unpack(protocol.pack(protocol.encode({"x": x.detach(), "a": np.ones(2)}))))
     matplotlib.pyplot.subplots()
     matplotlib.pyplot.close("all")
-
-
-def _saved(value):
-    import io
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
 
 
 warm_up()
