@@ -199,7 +199,7 @@ class SuiteSession:
     def prepare(self):
         """Call each collected suite's `prepare()`, where it has one: what every submission's tests
         compare with (the grader's answers on long inputs, lazy imports of its first call), worked out
-        once in the process that forks the grading processes (classroom.prime) instead of once in each."""
+        once in the process that forks the grading processes (classrun.fanout.prime) instead of once in each."""
         modules = {id(item.module): item.module for items in self.items.values() for item in items}
         for module in modules.values():
             if callable(getattr(module, "prepare", None)):
