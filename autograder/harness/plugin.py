@@ -10,6 +10,7 @@ with the message the student will see.
 
 import builtins
 import contextvars
+import functools
 import re
 import traceback
 from dataclasses import dataclass
@@ -143,6 +144,12 @@ UNREADABLE = ("This check could not read what your code returned: it is not of t
               "(the course's own answer passes this check).")
 
 
+@functools.lru_cache(maxsize=None)
+def _resolved(path):
+    """A suite's path resolved once: items are keyed by it some 90 times a check (a tenth of a millisecond each)."""
+    return path.resolve()
+
+
 class SuiteSession:
     """Collects the suites of `exercises` once; `body(session)` then calls `session.run(...)`."""
 
@@ -169,7 +176,7 @@ class SuiteSession:
         return self._reference
 
     def _key(self, item):
-        exercise = self.by_suite[item.path.resolve()]
+        exercise = self.by_suite[_resolved(item.path)]
         return exercise.id, getattr(item, "originalname", item.name)
 
     def pytest_collection_modifyitems(self, items):
