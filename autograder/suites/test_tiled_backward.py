@@ -5,8 +5,6 @@ The gradients are compared with autograd's through the grader's attention; the g
 true out and lse, so a slip in the student's forward costs nothing here.  The memory is read from
 outside the student's process (docs/measured.md), as for the forward."""
 
-import math
-
 import torch
 
 from autograder.harness import checks, substance
