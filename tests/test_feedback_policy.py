@@ -9,6 +9,7 @@ Every right value worked out from the student's numbers, as the feedback would p
 from the feedback, unless the student's own answer or numbers hold it (then it is theirs, not handed over).
 """
 
+import ast
 import functools
 import importlib
 import math
@@ -241,3 +242,82 @@ def test_feedback_on_an_exception_holds_none_of_the_hidden_inputs_in_its_message
     assert "an exception of its own class" in messages["test_own_class"]
     assert "RuntimeError (a mismatch of shapes" in messages["test_through_a_crash_hint"]
     assert "Likely cause: Use k.transpose(-2, -1)." in messages["test_through_a_crash_hint"]
+
+
+# -- an exercise built on an earlier one: a slip there is charged once --------------------------------------
+
+def _strings(path):
+    return {node.value for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def earlier_ones_used(assignment, notebook):
+    """exercise id -> {earlier exercise id: its names}: the functions and classes of earlier exercises of the
+    notebook that an exercise's answer in the solution notebook uses, or its suite hands to the student's code
+    by name, directly or through a given (read-only) cell that uses them (PatternModel holds a
+    CausalSelfAttention)."""
+    from autograder.submission import cell_kind, read_notebook
+    exercises = {exercise.id: exercise for exercise in notebook.exercises}
+    owner, carried, found = {}, {}, {}
+    for cell in read_notebook(COURSE.source_notebook(assignment, notebook)).cells:
+        if cell.get("cell_type") != "code":
+            continue
+        tree = ast.parse(cell.source)
+        kind, grade_id = cell_kind(cell), cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        if kind == "answer" and grade_id in exercises:
+            used |= _strings(exercises[grade_id].suite)
+        reached = {}
+        for name in used:
+            if owner.get(name, grade_id) != grade_id:
+                reached.setdefault(owner[name], set()).add(name)
+            for exercise, names in carried.get(name, {}).items():
+                if exercise != grade_id:
+                    reached.setdefault(exercise, set()).update(names)
+        defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        if kind == "answer" and grade_id in exercises:
+            found[grade_id] = reached
+            owner.update(dict.fromkeys(defined, grade_id))
+        elif kind == "locked":
+            carried.update({name: reached for name in defined if reached})
+    return found
+
+
+BUILT_ON_USES = [(assignment, notebook, exercise, earlier) for assignment in COURSE.assignments
+                 for notebook in assignment.notebooks
+                 for exercise, earlier in earlier_ones_used(assignment, notebook).items() if earlier]
+
+
+def test_the_exercises_built_on_earlier_ones_are_found():
+    """The reading finds the course's known cases (so the test below cannot pass by finding nothing)."""
+    found = {exercise: {earlier: set(names) for earlier, names in uses.items()} for _, _, exercise, uses in BUILT_ON_USES}
+    assert found["numpy_attention"] == {"softmax": {"softmax"}}
+    assert found["mha"] == {"heads": {"split_heads", "merge_heads"}}
+    assert found["train_model"] == {"causal_self_attention": {"CausalSelfAttention"}}
+    assert len(found) >= 8
+
+
+@pytest.mark.parametrize("assignment,notebook,exercise,earlier", BUILT_ON_USES, ids=[u[2] for u in BUILT_ON_USES])
+def test_an_exercise_built_on_an_earlier_one_declares_it(assignment, notebook, exercise, earlier):
+    """Each exercise whose answers use an earlier exercise's functions or classes declares them in its suite's
+    BUILT_ON (checks.built_on): a slip there then costs the earlier exercise's points alone."""
+    suite = next(e.suite for e in notebook.exercises if e.id == exercise)
+    declared = getattr(importlib.import_module(f"autograder.suites.{suite.stem}"), "BUILT_ON", {})
+    missing = {ex: sorted(set(names) - set(declared.get(ex, ()))) for ex, names in earlier.items()}
+    assert not any(missing.values()), (f"{suite.name} uses {missing} of earlier exercises without declaring them in "
+                                       "BUILT_ON (and grading them with checks.built_on)")
+
+
+def test_the_graders_own_failures_inside_the_students_process_are_said_in_the_graders_words():
+    """A kind the grader's code raises in the student's process is said by a fixed sentence, whatever message
+    comes with it (the student's code can raise one of that name too); what a refused name reaches is said only
+    when it is one of the rule's own reasons."""
+    from autograder.harness.plugin import said_of
+    from autograder.sandbox.student import StudentError
+    leak = "0.8123 -1.2207 2.5501"
+    counted = said_of(StudentError("NotCountable", f"a tensor in {leak} was used", ""))
+    assert "NumPy" in counted and "Python list" in counted and leak not in counted
+    refused = said_of(StudentError("ReachRefused", "getattr(..., '_C') is refused: it reaches torch internals (torch._C)", ""))
+    assert refused.endswith("was refused: it reaches torch internals (torch._C).")
+    chosen = said_of(StudentError("ReachRefused", f"getattr(..., '_{leak}') is refused: it reaches {leak}", ""))
+    assert leak not in chosen and "refused" in chosen

@@ -307,3 +307,73 @@ def _fmt(number):
 def require(condition, observed, hint="", picture=None):
     if not condition:
         raise Feedback(observed, hint, picture)
+
+
+# -- an exercise built on an earlier one of its notebook ---------------------------------------------------
+#
+# A later exercise's answer may call the functions of an earlier exercise (attention calls softmax,
+# MultiHeadAttention calls split_heads and merge_heads): a slip in those is the earlier exercise's to charge.
+# Its suite declares them, BUILT_ON = {earlier exercise id: (its function and class names, ...)}, and compares
+# an answer with `built_on`'s expectation: the grader's, unless the answer is what the grader's own computation
+# gives with the student's functions in place of the grader's (each call made in the student's process); then
+# the answer is right for this exercise, and the earlier one's tests charge the slip, once.  A class is either
+# replaced by the grader's stand-in (Student.module's stand_in: to_torch_mha, absorbed) or judged in the
+# student's own model as well (train_model).  tests/test_feedback_policy.py holds every suite whose answers
+# use an earlier exercise's functions or classes (read from the solution notebooks and the suite) to a
+# BUILT_ON that names them.
+
+def students_functions(student, built_on):
+    """name -> the student's own function of that name, for every name in a suite's BUILT_ON: a call in the
+    student's process whose value is the reply's output."""
+    def function(name):
+        def call(*args, **kwargs):
+            return student.call(name, *args, **kwargs)["output"]
+        return call
+    return {name: function(name) for names in built_on.values() for name in names}
+
+
+@contextlib.contextmanager
+def calling(namespace, functions):
+    """The reference namespace (reference.py) with `functions` in place of its own of those names, while the
+    block runs: its classes and functions look their helpers up there as they run."""
+    saved = {name: namespace[name] for name in functions if name in namespace}
+    namespace.update(functions)
+    try:
+        yield namespace
+    finally:
+        for name in functions:
+            if name in saved:
+                namespace[name] = saved[name]
+            else:
+                namespace.pop(name, None)
+
+
+def _alike(actual, expected):
+    if isinstance(expected, (tuple, list)):
+        return isinstance(actual, (tuple, list)) and len(actual) == len(expected) and \
+            all(_alike(a, e) for a, e in zip(actual, expected))
+    try:
+        return is_close(as_tensor(actual), as_tensor(expected))
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def follows_theirs(student, declared, answer, on_functions, same=None):
+    """Whether `answer` (a value, or a tuple of values) is what on_functions(functions) gives with the student's
+    own functions of `declared` (its suite's BUILT_ON) in place of the grader's (compared by `same`, by default
+    within the tolerances): False where those raise or give something the grader's computation cannot take."""
+    try:
+        with torch.no_grad():
+            theirs = on_functions(students_functions(student, declared))
+        return bool((same or _alike)(answer, theirs))
+    except Exception:   # noqa: BLE001 - their functions raise, or reply in another form: the grader's is the rule
+        return False
+
+
+def built_on(student, declared, answer, right, on_functions):
+    """What `answer` should be, for an exercise whose answers may call the earlier exercises' functions
+    `declared`: `right`, unless the answer differs from it and follows the student's own functions
+    (follows_theirs); then the answer itself."""
+    if _alike(answer, right) or not follows_theirs(student, declared, answer, on_functions):
+        return right
+    return answer

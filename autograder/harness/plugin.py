@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from autograder.harness.checks import Feedback
+from autograder.sandbox.inside.reach import INTERNAL_ATTRIBUTES
 from autograder.sandbox.student import StudentError, StudentFailure, StudentTimeout, WorkerError
 
 
@@ -73,7 +74,16 @@ GRADER_KINDS = {
                  "(write it with tl.load and tl.store, tensor descriptors or atomics)",
     "Unsupported": "it returned a value that cannot be sent back (tensors, arrays, numbers, strings, and "
                    "lists, tuples and dicts of them can)",
+    "NotCountable": "work was done outside torch during a call whose work is counted (a tensor's numbers turned "
+                    "into a NumPy array, a Python list, a buffer or a file, or too many numbers moved between torch "
+                    "and Python): keep the call's work in torch (or in the kernel)",
+    "NotTriton": "the kernel is not Triton that a GPU compiles (Triton's GPU compiler refuses its body)",
+    "ReachRefused": "a name computed at run time (getattr, hasattr, setattr, delattr or type(...)) was refused",
 }
+# What a refused name reaches (reach.py's reasons, a closed list): said after ReachRefused's sentence.
+REACH_REASONS = frozenset(INTERNAL_ATTRIBUTES.values()) | {
+    "an interpreter attribute outside the data model's ordinary ones", "a private name of code the submission did not write"}
+REACHES = re.compile(r"is refused: it reaches (.*)$")
 FAILURES = (   # (signs in a library's message, what kind of failure it reports)
     (("size of tensor", "shapes cannot be multiplied", "must match the size", "shape '[", "mat1 and mat2",
       "could not be broadcast", "not broadcastable", "expanded size", "matmul: Input operand",
@@ -110,7 +120,9 @@ def said_of(error):
     """What the feedback says of an exception of the student's (a StudentError), holding nothing of its
     message or traceback text (see CODE)."""
     if error.kind in GRADER_KINDS:
-        head = f"Your code failed: {GRADER_KINDS[error.kind]}"
+        reaches = REACHES.search(error.message) if error.kind == "ReachRefused" else None
+        why = f": it reaches {reaches.group(1)}" if reaches and reaches.group(1) in REACH_REASONS else ""
+        head = f"Your code failed: {GRADER_KINDS[error.kind]}{why}"
     else:
         known = error.kind in KNOWN_KINDS
         kind = error.kind if known else "an exception of its own class"

@@ -16,6 +16,10 @@ from autograder.suites.helpers.latent import (MLA_D_LATENT, MLA_D_MODEL, MLA_D_R
                                               reference_or_own_rope, rope, up_projections_read_as_in_out)
 from autograder.suites.helpers.tiled import check_work
 
+# The earlier exercises' functions and classes its answers may use (checks.built_on): apply_rope's results are
+# accepted where they follow the student's own; the module handed in is the grader's stand-in (mla_stand_in).
+BUILT_ON = {"rope": ("apply_rope",), "mla": ("MultiHeadLatentAttention",)}
+
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
     "in_out": "nn.Linear's weight read as [in, out]: W_uk.weight is [H * d_head, d_latent], so head h's "
@@ -70,7 +74,7 @@ def no_offset(params, x, new):
 def compare(student, x, new, what, seed):
     params = mla_parameters(seed=seed)
     output, _ = absorbed(student, params, x, new)
-    want = reference_or_own_rope(student, output, lambda rope_of: naive(params, x, new, rope_of))
+    want = reference_or_own_rope(student, BUILT_ON, output, lambda rope_of: naive(params, x, new, rope_of))
     checks.close(output, want, what, "Scores: (q_h W_uk[h]) . c + q_rope_h . k_rope, over sqrt(d_head + d_rope); "
                  "output: W_o of the heads (weights @ c) W_uv[h]^T.",
                  named(CAUSES, in_out=naive(params, x, new, in_out=True),
@@ -130,7 +134,7 @@ def test_never_up_projects_the_cache(student):
     x = randn(1, 512, MLA_D_MODEL, seed=483)
     params = mla_parameters(seed=480)
     output, reply = absorbed(student, params, x, 1, count=True)
-    want = reference_or_own_rope(student, output, lambda rope_of: naive(params, x, 1, rope_of))
+    want = reference_or_own_rope(student, BUILT_ON, output, lambda rope_of: naive(params, x, 1, rope_of))
     checks.close(output, want, "absorbed_attention for the counted call (1 new token after 512 cached)",
                  "The counted call must first give the right answer: the work of a wrong answer earns nothing.",
                  named(CAUSES, in_out=naive(params, x, 1, in_out=True),

@@ -10,8 +10,14 @@ answer that holds another variant's numbers is named as such.
 
 import math
 
+import numpy as np
+
 from autograder.harness import checks
 from autograder.suites.helpers.common import whose_numbers
+
+# The earlier exercises' functions its answers may call (checks.built_on): the weights may be the student's
+# own softmax of their scores.
+BUILT_ON = {"softmax": ("softmax",)}
 
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
@@ -93,6 +99,10 @@ def test_scores(student):
 def test_weights(student):
     scores, weights, _ = answer(student)
     want = softmax(scores)
+    if not near(weights, want, WEIGHTS) and checks.follows_theirs(
+            student, BUILT_ON, weights, lambda functions: functions["softmax"](np.array(scores), axis=-1),
+            same=lambda got, theirs: near(got, np.asarray(theirs, dtype=float).tolist(), WEIGHTS)):
+        return   # the softmax of the student's own softmax exercise: a slip there is that exercise's to charge
     unscaled = near(weights, softmax([s * math.sqrt(2) for s in scores]), WEIGHTS)
     gives = checks.where(student.values_shown, f"the softmax of your scores {shown(scores)} gives", shown(want))
     checks.require(near(weights, want, WEIGHTS), f"The weights are {shown(weights)}{gives}.",

@@ -13,6 +13,10 @@ from autograder.harness import checks
 from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import whose_numbers
 
+# The earlier exercises' functions its answers may call (checks.built_on): the bytes per token may be those
+# of the student's own kv_cache_bytes_per_token (a slip there is cache_bytes's).
+BUILT_ON = {"cache_bytes": ("kv_cache_bytes_per_token",)}
+
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
     "other_variant": "These are the numbers of another variant, not yours: work from VARIANT, your copy's "
@@ -62,8 +66,9 @@ def per_token(numbers, kind, slip=None):
 def students_per_token(student, numbers, kind):
     """What the student's kv_cache_bytes_per_token gives for these numbers (None when it cannot)."""
     try:
-        value = student.call("kv_cache_bytes_per_token", kind, numbers["n_layers"], numbers["n_heads"],
-                             numbers["d_head"], getattr(torch, numbers["dtype"]), **sizes(numbers, kind))["output"]
+        own = checks.students_functions(student, BUILT_ON)["kv_cache_bytes_per_token"]
+        value = own(kind, numbers["n_layers"], numbers["n_heads"], numbers["d_head"], getattr(torch, numbers["dtype"]),
+                    **sizes(numbers, kind))
         per_token_bytes = checks.number(value, "kv_cache_bytes_per_token", whole=True)
     except (StudentError, checks.Feedback):   # no whole number of bytes: only the right bytes are accepted
         return None

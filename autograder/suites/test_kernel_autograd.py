@@ -20,6 +20,9 @@ CAUSES = {
     "grad_order": "the gradients returned in another order than forward's inputs (q, k, v)",
     "d_out_for_out": "out and d_out swapped in the call to flash_attention_backward(q, k, v, out, lse, d_out, causal)",
 }
+# The earlier exercises' functions its answers may call (checks.built_on): the forward is the student's own
+# kernel, so an output or gradients that follow it are right here (a slip of the kernel is flash_kernel's).
+BUILT_ON = {"flash_kernel": ("triton_flash_attention",)}
 STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_attention_backward(q, k, v, out, lse, d_out, "
              "causal), None).")
 
@@ -85,6 +88,11 @@ def prepare():
     reference_gradients(q, k, v, False, upstream_of(q, seed=0))
 
 
+def attention_out(q, k, v, causal=False):
+    """The right out of triton_attention, in float32 (the grader's attention in float64)."""
+    return reference(q, k, v, causal)[0].float()
+
+
 def inputs(sq, seed, heads=2, d=16):
     return kernel_qkv(1, heads, sq, sq, d, seed=seed)
 
@@ -93,10 +101,26 @@ def upstream_of(q, seed):
     return randn(*q.shape, seed=seed).float()
 
 
+def on_their_kernel(q, k, v, causal, upstream=None):
+    """on_functions for checks.built_on: what triton_attention gives with the given triton_flash_attention (the
+    student's): its out, or, for `upstream`, the course's recomputation from its out and lse (dq, dk, dv)."""
+    def run_with(functions):
+        out, lse = functions["triton_flash_attention"](q, k, v, causal)
+        if upstream is None:
+            return out
+        seen = tril(q.shape[-2], k.shape[-2]) if causal else None
+        grads = recomputed_gradients(q.double(), k.double(), v.double(), out.double(), lse.double(), upstream.double(),
+                                     seen)
+        return tuple(grad.float() for grad in grads)
+    return run_with
+
+
 def compare_gradients(student, q, k, v, causal, seed, what):
     upstream = upstream_of(q, seed)
     _, grads, _ = run(student, q, k, v, causal, upstream)
     _, want = reference_gradients(q, k, v, causal, upstream)
+    want = checks.built_on(student, BUILT_ON, grads, tuple(grad.float() for grad in want),
+                           on_their_kernel(q, k, v, causal, upstream))
     for index, (name, grad, expected) in enumerate(zip(("dq", "dk", "dv"), grads, want)):
         checks.close(grad, expected.float(), f"{name} ({what})", STATEMENT,
                      lambda: named_gradients(q, k, v, causal, upstream, index))
@@ -114,7 +138,8 @@ def test_returns_the_output(student):
     q, k, v = inputs(64, seed=2)
     out, _ = forward(student, q, k, v)
     checks.shape(out, q.shape, "triton_attention(q, k, v)", "forward returns out [B, H, Sq, D] from your kernel.")
-    checks.close(out, reference(q, k, v)[0].float(), "triton_attention(q, k, v)",
+    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False))
+    checks.close(out, want, "triton_attention(q, k, v)",
                  "forward returns out from your kernel: where triton_flash_attention's own tests fail, fix those first.")
 
 
@@ -131,7 +156,8 @@ def test_forward_runs_the_kernel(student):
     and torch did none of its work."""
     q, k, v = inputs(32, seed=8)
     out, reply = forward(student, q, k, v, count=True)
-    checks.close(out, reference(q, k, v)[0].float(), "triton_attention(q, k, v) of the counted call",
+    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False))
+    checks.close(out, want, "triton_attention(q, k, v) of the counted call",
                  "The counted call must first give the right answer.")
     check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,
                         least_addressed=q.numel() + k.numel() + v.numel())

@@ -1,4 +1,8 @@
-"""Hidden tests for MultiHeadAttention(d_model, num_heads, bias=True)."""
+"""Hidden tests for MultiHeadAttention(d_model, num_heads, bias=True).
+
+Its forward calls the notebook's split_heads and merge_heads, an exercise of their own (BUILT_ON): an output
+is also accepted against the reference MultiHeadAttention built on the student's own split_heads and
+merge_heads (checks.built_on), so a slip in them costs the heads exercise's points alone."""
 
 import torch
 
@@ -21,6 +25,10 @@ CAUSES = {
     "key_length": "Use the key/value length (Sk) for keys and values, not the query length.",
     "dtype": "Avoid hard-coded dtypes such as .float() or torch.tensor(..., dtype=torch.float32).",
 }
+
+
+# The earlier exercises' functions its answers may call (checks.built_on).
+BUILT_ON = {"heads": ("split_heads", "merge_heads")}
 
 
 def build_mha(student, d_model=D_MODEL, num_heads=H, bias=True, **options):
@@ -51,6 +59,15 @@ def reference_mha(reference, params, num_heads, dtype=torch.float64):
         for name, value in params.items():
             module.get_parameter(name).copy_(value)
     return module
+
+
+def expected(student, reference, answer, right, params, query, key, value, mask=None, num_heads=H):
+    """What (output, weights) should be: `right`, or the answer where it is the reference's built on the
+    student's own split_heads and merge_heads (a slip there is the heads exercise's)."""
+    def on_functions(functions):
+        with checks.calling(reference, functions):
+            return tuple(reference_mha(reference, params, num_heads, query.dtype)(query, key, value, mask=mask))
+    return checks.built_on(student, BUILT_ON, answer, right, on_functions)
 
 
 
@@ -115,36 +132,39 @@ def test_cross_attention_shapes(student):
     checks.shape(weights, (B, H, SQ, SK), "The cross-attention weights", hint)
 
 
-def _compare_with_torch(student, query, key, value, mask, what):
+def _compare_with_torch(student, reference, query, key, value, mask, what):
     params = mha_parameters()
     (output, weights), _ = mha(student, query, key, value, mask, params=params)
-    want_output, want_weights = torch_mha(params, H, query, key, value, mask)
+    want_output, want_weights = expected(student, reference, (output, weights),
+                                         torch_mha(params, H, query, key, value, mask), params, query, key, value, mask)
     mistakes = mha_mistakes(params, H, query, key, value, mask)
     checks.close(weights, want_weights, f"The {what} weights", "", pick(mistakes, 1))
     checks.close(output, want_output, f"The {what} output", "", pick(mistakes, 0))
 
 
-def test_matches_torch_multihead_attention(student):
+def test_matches_torch_multihead_attention(student, reference):
     x = self_attention_inputs()
-    _compare_with_torch(student, x, x, x, None, "self-attention")
+    _compare_with_torch(student, reference, x, x, x, None, "self-attention")
 
 
-def test_matches_torch_with_causal_mask(student):
+def test_matches_torch_with_causal_mask(student, reference):
     x = self_attention_inputs(seed=31)
-    _compare_with_torch(student, x, x, x, tril(SQ), "causal self-attention")
+    _compare_with_torch(student, reference, x, x, x, tril(SQ), "causal self-attention")
 
 
-def test_matches_torch_cross_attention(student):
-    _compare_with_torch(student, *cross_attention_inputs(), None, "cross-attention")
+def test_matches_torch_cross_attention(student, reference):
+    _compare_with_torch(student, reference, *cross_attention_inputs(), None, "cross-attention")
 
 
 def test_matches_reference_without_bias(student, reference):
     query, key, value = cross_attention_inputs(seed=50)
     params = mha_parameters(bias=False, seed=60)
     mask = random_mask(B, 1, SQ, SK, seed=6)
-    (output, _), _ = mha(student, query, key, value, mask, params=params)
-    expected, _ = reference_mha(reference, params, H)(query, key, value, mask=mask)
-    checks.close(output, expected, "The output with bias=False and a [B, 1, Sq, Sk] mask", "",
+    (output, weights), _ = mha(student, query, key, value, mask, params=params)
+    with torch.no_grad():
+        right = tuple(reference_mha(reference, params, H)(query, key, value, mask=mask))
+    want, _ = expected(student, reference, (output, weights), right, params, query, key, value, mask)
+    checks.close(output, want, "The output with bias=False and a [B, 1, Sq, Sk] mask", "",
                  pick(mha_mistakes(params, H, query, key, value, mask), 0))
 
 

@@ -15,6 +15,9 @@ from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, 
 from autograder.suites.helpers.latent import (MLA_SIZES, mla, mla_attend, mla_cache_entries, mla_parameters,
                                               mla_shapes, reference_or_own_rope, rope, students_rope)
 
+# The earlier exercises' functions its answers may call (checks.built_on).
+BUILT_ON = {"rope": ("apply_rope",)}
+
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
     "scale_head": "scores scaled by 1/sqrt(d_head) instead of 1/sqrt(d_head + d_rope) (each head's query "
@@ -103,7 +106,7 @@ def test_projection_shapes(student):
 def test_matches_the_reference(student):
     params, x = mla_parameters(seed=410), x_of(411)
     output = own_full(student, params, x)
-    want = reference_or_own_rope(student, output, lambda rope_of: mla(params, x, rope_of))
+    want = reference_or_own_rope(student, BUILT_ON, output, lambda rope_of: mla(params, x, rope_of))
     checks.close(output, want, "forward(x) without the cache",
                  "q_h = [W_q x]_h with [W_qr x]_h turned; k_h = [W_uk c]_h with the shared W_kr x turned; "
                  "v_h = [W_uv c]_h; causal softmax of q_h . k_h / sqrt(d_head + d_rope); W_o of the merged heads.",
@@ -185,7 +188,7 @@ def check_rope_key_turned(student, params, prompt, held):
 
     if holds_turned(rope):
         return
-    theirs = students_rope(student)  # a RoPE slip is charged to apply_rope alone
+    theirs = students_rope(student, BUILT_ON)  # a RoPE slip is charged to apply_rope alone
     try:
         if theirs is not None and holds_turned(theirs):
             return

@@ -1,8 +1,8 @@
 """Hidden tests for the NumPy attention(Q, K, V) -> (output, weights).
 
-attention calls the notebook's softmax, an exercise of its own: where the student's softmax is wrong,
-an answer is also accepted against attention built on that softmax (the grader's scores, the student's
-softmax of them over the keys, the grader's product), so a softmax slip costs softmax's points alone."""
+attention calls the notebook's softmax, an exercise of its own (BUILT_ON): where the student's softmax is wrong,
+an answer is also accepted against the reference attention built on that softmax (checks.built_on), so a
+softmax slip costs softmax's points alone."""
 
 import math
 
@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from autograder.harness import checks, substance
-from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import (B, D_V, H, SK, SQ, attention, crash_hint, named, pick, qkv,
                                               torch_attention, torch_weights)
 
@@ -51,30 +50,27 @@ def inputs(leading=(), scale=1.0, seed=0):
     return q.numpy() * scale, k.numpy(), v.numpy()
 
 
-def expected(Q, K, V):
+# The earlier exercises' functions its answers may call (checks.built_on).
+BUILT_ON = {"softmax": ("softmax",)}
+
+
+def right(Q, K, V):
     q, k, v = map(torch.from_numpy, (Q, K, V))
     return torch_attention(q, k, v).numpy(), torch_weights(q, k).numpy()
 
 
-def on_your_softmax(student, Q, K, V):
-    """(output, weights) of attention built on the student's own softmax, or None where it raises or gives
-    no array of the scores' shape."""
-    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
-    try:
-        weights = student.call("softmax", scores, axis=-1)["output"]
-    except StudentError:
-        return None
-    if not isinstance(weights, np.ndarray) or weights.shape != scores.shape:
-        return None
-    return weights @ V, weights
+def on_functions(reference, Q, K, V):
+    """The reference attention(Q, K, V) with the given functions (the student's softmax) in place of its own."""
+    def run(functions):
+        with checks.calling(reference, functions):
+            return reference["attention"](Q, K, V)
+    return run
 
 
-def follows_your_softmax(student, answer, Q, K, V):
-    """Whether a wrong (output, weights) is attention built on the student's softmax (then the slip is
-    softmax's, charged by its own tests)."""
-    yours = on_your_softmax(student, Q, K, V)
-    return yours is not None and all(checks.is_close(checks.as_tensor(mine), checks.as_tensor(theirs))
-                                     for mine, theirs in zip(answer, yours))
+def expected(student, reference, answer, Q, K, V):
+    """What (output, weights) should be: the right ones, or the answer where it is the reference attention
+    built on the student's own softmax (a slip there is softmax's)."""
+    return checks.built_on(student, BUILT_ON, answer, right(Q, K, V), on_functions(reference, Q, K, V))
 
 
 def test_computes_attention(student):
@@ -100,48 +96,40 @@ def test_shapes_with_batch_dimensions(student):
     checks.shape(weights, (B, SQ, SK), "The weights for [B, S, d] inputs", CAUSES["swap_axes"])
 
 
-def test_weights_rows_sum_to_one(student):
-    output, weights = numpy_attention(student, *inputs(seed=1))
+def test_weights_rows_sum_to_one(student, reference):
+    Q, K, V = inputs(seed=1)
+    output, weights = numpy_attention(student, Q, K, V)
     checks.shape(weights, (SQ, SK), "The weights")
     sums = np.asarray(weights, dtype=np.float64).sum(-1)
-    if not np.allclose(sums, 1, atol=1e-4) and follows_your_softmax(student, (output, weights), *inputs(seed=1)):
+    if not np.allclose(sums, 1, atol=1e-4) and \
+            checks.follows_theirs(student, BUILT_ON, (output, weights), on_functions(reference, Q, K, V)):
         return
-    checks.rows_sum_to_one(weights, "The weights", mistakes=pick(named_mistakes(*inputs(seed=1)), 1))
+    checks.rows_sum_to_one(weights, "The weights", mistakes=pick(named_mistakes(Q, K, V), 1))
 
 
-def test_matches_torch_attention(student):
+def test_matches_torch_attention(student, reference):
     Q, K, V = inputs(seed=2)
     output, weights = numpy_attention(student, Q, K, V)
-    want_output, want_weights = expected(Q, K, V)
-    if not (checks.is_close(checks.as_tensor(weights), torch.from_numpy(want_weights))
-            and checks.is_close(checks.as_tensor(output), torch.from_numpy(want_output))) and \
-            follows_your_softmax(student, (output, weights), Q, K, V):
-        return
+    want_output, want_weights = expected(student, reference, (output, weights), Q, K, V)
     mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights", "weights = softmax(Q K^T / sqrt(d_k)) over the keys.",
                  pick(mistakes, 1))
     checks.close(output, want_output, "The output", "output = weights @ V.", pick(mistakes, 0))
 
 
-def test_matches_torch_with_batch_dimensions(student):
+def test_matches_torch_with_batch_dimensions(student, reference):
     Q, K, V = inputs((B, H), seed=3)
     output, weights = numpy_attention(student, Q, K, V)
-    want_output, want_weights = expected(Q, K, V)
-    if not (checks.is_close(checks.as_tensor(weights), torch.from_numpy(want_weights))
-            and checks.is_close(checks.as_tensor(output), torch.from_numpy(want_output))) and \
-            follows_your_softmax(student, (output, weights), Q, K, V):
-        return
+    want_output, want_weights = expected(student, reference, (output, weights), Q, K, V)
     mistakes = named_mistakes(Q, K, V)
     checks.close(weights, want_weights, "The weights for [B, H, S, d] inputs", "", pick(mistakes, 1))
     checks.close(output, want_output, "The output for [B, H, S, d] inputs", "", pick(mistakes, 0))
 
 
-def test_survives_large_scores(student):
+def test_survives_large_scores(student, reference):
     Q, K, V = inputs(scale=1000.0, seed=4)
     output, weights = numpy_attention(student, Q, K, V)
-    if not checks.is_close(checks.as_tensor(output), torch.from_numpy(expected(Q, K, V)[0])) and \
-            follows_your_softmax(student, (output, weights), Q, K, V):
-        return
-    checks.finite(weights, "The weights for large scores", CAUSES["unstable"])
-    checks.close(output, expected(Q, K, V)[0], "The output for large scores", "",
-                 pick(named_mistakes(Q, K, V), 0))
+    want_output, _ = expected(student, reference, (output, weights), Q, K, V)
+    if want_output is not output:   # the grader's attention is the rule: it must not overflow
+        checks.finite(weights, "The weights for large scores", CAUSES["unstable"])
+    checks.close(output, want_output, "The output for large scores", "", pick(named_mistakes(Q, K, V), 0))

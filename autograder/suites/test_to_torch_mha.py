@@ -14,6 +14,10 @@ from autograder.suites.helpers.common import (B, D_MODEL, H, PROJECTIONS, SQ, mh
 DTYPE = torch.float32
 TORCH_MHA = "torch.nn.modules.activation.MultiheadAttention"
 
+# The earlier exercises' classes its answers use (checks.built_on): the module handed in is the grader's
+# stand-in (mha_stand_in), never the student's MultiHeadAttention.
+BUILT_ON = {"mha": ("MultiHeadAttention",)}
+
 # The causes this suite names, by key (the course's catalogue names its mistakes by these keys).
 CAUSES = {
     "keys_first": "stacking keys before queries (the order is queries, keys, values)",

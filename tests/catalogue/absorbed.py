@@ -6,6 +6,7 @@ from functools import partial
 
 from autograder.suites.test_absorbed import CAUSES
 from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
+from tests.catalogue.rope import MISTAKES as ROPE_MISTAKES
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["absorbed"]
@@ -74,6 +75,11 @@ ALTERNATIVES = [
     return mla.W_o(torch.cat(outputs, dim=-1))
 '''),
 ]
+
+# A slip of apply_rope, an exercise of its own (rope), is charged there alone: a right absorbed_attention on the student's
+# own wrong apply_rope keeps its points (test_absorbed.BUILT_ON).
+ALTERNATIVES += [Alternative(f"a right absorbed_attention on apply_rope {slip.name!r} (rope's own slip)", slip.code + "\n\n" + SOLUTION)
+                 for slip in ROPE_MISTAKES if slip.cause in ("clockwise", "half_split")]
 
 
 DEGENERATES = [

@@ -49,6 +49,15 @@ by_hand = {"scores": K @ q / np.sqrt(2), "weights": weights[0], "context": conte
 '''),
 ]
 
+# A slip of softmax, an exercise of its own, is charged there alone: weights worked out with the student's own
+# wrong softmax (its own weights: positive, summing to one) keep by_hand's points (test_by_hand.BUILT_ON).
+ALTERNATIVES += [Alternative("a right by_hand on a softmax in base 2 (softmax's own slip)", '''def softmax(x, axis=-1):
+    powers = 2.0 ** (x - np.max(x, axis=axis, keepdims=True))
+    return powers / np.sum(powers, axis=axis, keepdims=True)
+
+
+''' + SOLUTION)]
+
 
 DEGENERATES = [
     Degenerate("zeros", 'by_hand = {"scores": [0.0, 0.0, 0.0], "weights": [0.0, 0.0, 0.0], "context": [0.0, 0.0]}\n'),

@@ -6,6 +6,7 @@ answers.  Each entry is graded as a student of its own, on that student's varian
 from functools import partial
 
 from tests.catalogue.entries import Degenerate, Mistake, Alternative, edited
+from tests.catalogue.cache_bytes import MISTAKES as CACHE_BYTES_MISTAKES
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["cache_budget"]
@@ -70,6 +71,12 @@ for kind in ("mha", "gqa", "mla"):
 cache_budget = per_kind
 '''),
 ]
+
+# A slip of kv_cache_bytes_per_token, an exercise of its own (cache_bytes), is charged there alone: the budget
+# worked out through the student's own wrong function keeps its points (test_cache_budget.BUILT_ON).
+ALTERNATIVES += [Alternative(f"the budget through kv_cache_bytes_per_token {slip.name!r} (cache_bytes's own slip)",
+                             slip.code + "\n\n" + SOLUTION)
+                 for slip in CACHE_BYTES_MISTAKES if slip.cause in ("keys_only", "one_layer")]
 
 
 DEGENERATES = [

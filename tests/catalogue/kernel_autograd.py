@@ -5,6 +5,7 @@ degenerate answers and answers that game the forward pass's measured point."""
 from functools import partial
 
 from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
+from tests.catalogue.flash_kernel import MISTAKES as FLASH_MISTAKES
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("triton_attention")["kernel_autograd"]
@@ -52,6 +53,12 @@ def triton_attention(q, k, v, causal=False):
     return TritonAttention.apply(q, k, v, causal)
 '''),
 ]
+
+# A slip of triton_flash_attention, an exercise of its own (flash_kernel), is charged there alone: a right
+# TritonAttention on the student's own wrong kernel keeps its points (test_kernel_autograd.BUILT_ON).
+ALTERNATIVES += [Alternative(f"a right TritonAttention on a kernel with {slip.name!r} (flash_kernel's own slip)",
+                             slip.code + "\n\n" + SOLUTION)
+                 for slip in FLASH_MISTAKES if slip.cause in ("no_scale", "lse_no_max")]
 
 
 DEGENERATES = [

@@ -3,6 +3,7 @@ CAUSES in autograder/suites/test_mha.py, and the tests it may fail), correct alt
 degenerate answers."""
 
 from tests.catalogue.entries import Degenerate, Mistake, Alternative
+from tests.catalogue.heads import MISTAKES as HEADS_MISTAKES
 from tests.catalogue.snippets import MHA_FORWARD, MHA_INIT, MHA_UNIFORM_FORWARD, UNIFORM, _mha_returns
 
 
@@ -108,6 +109,12 @@ ALTERNATIVES = [
             maps.append(w)
         return self.W_o(torch.cat(outputs, dim=-1)), torch.stack(maps, dim=1)
 '''),
+]
+# A slip of split_heads or merge_heads, an exercise of their own (heads), is charged there alone: a right
+# MultiHeadAttention on the student's own wrong split_heads or merge_heads keeps its points (test_mha.BUILT_ON).
+ALTERNATIVES += [
+    Alternative(f"a right MultiHeadAttention on {slip.name!r} (the heads exercise's own slip)", slip.code + "\n\n" + MHA_INIT
+                + MHA_FORWARD) for slip in HEADS_MISTAKES
 ]
 
 

@@ -6,6 +6,7 @@ from functools import partial
 
 from autograder.suites.test_mla import CAUSES
 from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative, edited
+from tests.catalogue.rope import MISTAKES as ROPE_MISTAKES
 from tests.notebooks import solution_answers
 
 SOLUTION = solution_answers("latent_attention")["mla"]
@@ -146,6 +147,11 @@ _SHELL = '''class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x, use_cache=False):
 '''
+# A slip of apply_rope, an exercise of its own (rope), is charged there alone: a right MultiHeadLatentAttention on the student's
+# own wrong apply_rope keeps its points (test_mla.BUILT_ON).
+ALTERNATIVES += [Alternative(f"a right MultiHeadLatentAttention on apply_rope {slip.name!r} (rope's own slip)", slip.code + "\n\n" + SOLUTION)
+                 for slip in ROPE_MISTAKES if slip.cause in ("clockwise", "half_split")]
+
 
 DEGENERATES = [
     Degenerate("zeros", _SHELL + '''        return torch.zeros_like(x)

@@ -2,6 +2,7 @@
 CAUSES in autograder/suites/test_to_torch_mha.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
+from tests.notebooks import solution_answers
 from tests.catalogue.entries import Degenerate, Mistake, Alternative
 
 
@@ -59,6 +60,16 @@ ALTERNATIVES = [
     return m
 '''),
 ]
+
+# to_torch_mha is handed the grader's stand-in, never the student's MultiHeadAttention (test_to_torch_mha.BUILT_ON):
+# a slip of that class, an exercise of its own (mha), costs nothing here.
+ALTERNATIVES += [Alternative("a right to_torch_mha beside a MultiHeadAttention still unwritten (mha's own loss)",
+                             '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, bias=True):
+        raise NotImplementedError
+
+
+''' + solution_answers("multi_head")["to_torch_mha"])]
 
 
 DEGENERATES = [

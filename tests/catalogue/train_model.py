@@ -3,7 +3,7 @@ CAUSES in autograder/suites/test_train_model.py, and the tests it may fail), cor
 degenerate answers."""
 
 from tests.catalogue.entries import Degenerate, Mistake, Alternative
-from tests.catalogue.snippets import _train
+from tests.catalogue.snippets import CSA_FORWARD_HEAD, CSA_INIT, _train
 
 
 MISTAKES = [
@@ -42,6 +42,25 @@ ALTERNATIVES = [
             print(f"step {step}: loss {loss.item():.3f}")
     return history
 '''),
+]
+
+# A slip of CausalSelfAttention, an exercise of its own, is charged there alone: a right loop keeps its points
+# where the PatternModel it trains holds the student's own wrong CausalSelfAttention (test_train_model.BUILT_ON:
+# the trained parameters are judged in the model they were trained in).
+ALTERNATIVES += [
+    Alternative(f"a right loop on a CausalSelfAttention {slip} (that exercise's own slip)",
+                CSA_INIT + CSA_FORWARD_HEAD + forward + "\n\n" + _train())
+    for slip, forward in (
+        ("without its causal mask", '''        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_k), dim=-1)
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''),
+        ("whose mask hides the diagonal", '''        hidden = ~self.causal[:T, :T].tril(-1)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(hidden, float("-inf"))
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+        out = (self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.W_o(out), weights
+'''))
 ]
 
 

@@ -97,13 +97,20 @@ def mla(params, x, rope_of=rope, *, unrotated_key=False, **switches):
     return mla_attend(params, x, latent, k_rope, positions, rope_of, **switches)
 
 
-def students_rope(student):
-    """The student's apply_rope as a function on the grader's tensors (None when it cannot run)."""
-    def turn(x, positions):   # its form checked before the grader's attention reads it
-        turned = student.call("apply_rope", x, positions)["output"]
+def formed(own):
+    """A RoPE function whose every result's form (x's shape and dtype) is checked before the grader reads it."""
+    def turn(x, positions):
+        turned = own(x, positions)
         checks.shape(turned, x.shape, "apply_rope(x, positions)")
         checks.dtype(turned, x.dtype, "apply_rope(x, positions)")
         return turned
+    return turn
+
+
+def students_rope(student, built_on):
+    """The student's apply_rope (checks.students_functions, from a suite's BUILT_ON) as a function on the
+    grader's tensors, its form checked (None when it cannot run)."""
+    turn = formed(checks.students_functions(student, built_on)["apply_rope"])
     try:
         turn(randn(1, 2, MLA_D_ROPE, seed=1), torch.arange(2))
     except (StudentError, checks.Feedback):
@@ -111,18 +118,12 @@ def students_rope(student):
     return turn
 
 
-def reference_or_own_rope(student, output, reference_of):
-    """What an exercise built on apply_rope should give: reference_of(rope) (the grader's RoPE), unless
-    `output` equals reference_of(the student's own apply_rope); then the output is right, and a RoPE
-    slip is charged to apply_rope alone."""
-    theirs = students_rope(student)
-    try:
-        own = None if theirs is None else reference_of(theirs)
-    except (StudentError, checks.Feedback):   # their RoPE fails on these inputs: the grader's is the rule
-        own = None
-    if own is not None and checks.is_close(output, own):
-        return output
-    return reference_of(rope)
+def reference_or_own_rope(student, built_on, output, reference_of):
+    """What an exercise built on apply_rope (its suite's BUILT_ON) should give: reference_of(rope) (the grader's
+    RoPE), unless `output` equals reference_of(the student's own apply_rope, its form checked); then the output
+    is right, and a RoPE slip is charged to apply_rope alone (checks.built_on)."""
+    return checks.built_on(student, built_on, output, reference_of(rope),
+                           lambda functions: reference_of(formed(functions["apply_rope"])))
 
 
 def up_projections_read_as_in_out(params):
