@@ -33,7 +33,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export MPLBACKEND := Agg
 
 .PHONY: setup sandbox grade serve check-server report test test-all check exercise release sample-class bench merge student-kit gradescope \
-        push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants
+        push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants hub
 
 setup: $(VENV)/.installed sandbox
 	@# The grader's own bytecode, for every process it starts (the checks compile nothing when it is
@@ -179,6 +179,16 @@ push-collect: setup
 
 push-post: setup
 	$(GRADER) post-push --submitted $(SUBMITTED) --out $(OUT)
+
+## The course on a local JupyterHub (docs/jupyterhub.md; as root, until Ctrl-C): an instructor with formgrader, ROSTER=
+## roster.csv's students (two demo students without it), the check service; PORT=8000, STATE=/srv/attention-hub, PASSWORD=.
+hub: setup
+	@command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get install -y -qq nodejs npm >/dev/null 2>&1; } || { echo "make hub needs Node and npm (Debian: nodejs npm)"; exit 2; }
+	@test -x autograder/hub/proxy/node_modules/.bin/configurable-http-proxy || \
+	  (cd autograder/hub/proxy && npm ci --no-audit --no-fund)
+	$(PYTHON) -m autograder.hub --state $(or $(STATE),/srv/attention-hub) --port $(or $(PORT),8000) $(if $(ROSTER),--roster $(ROSTER)) \
+	  $(if $(PASSWORD),--password $(PASSWORD))
 
 ## Remove what the sample-class demo wrote (never the course's own grading/ or gradebook.db).
 clean-demo:

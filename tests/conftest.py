@@ -72,7 +72,7 @@ def scores_by_exercise(result):
 # notebooks_run 95, lifecycle 80, scale 70, service 60, delivery 55, sample_class 50,
 # lti 50, grading 45, variants 25, customise 25, hostile 20, push 20; the rest are quick.  The two workers
 # end within about 15 s of each other.
-LONGEST_FIRST = ["test_sample_class.py", "test_catalogue.py", "test_filter.py", "test_lifecycle.py",
+LONGEST_FIRST = ["test_hub.py", "test_sample_class.py", "test_catalogue.py", "test_filter.py", "test_lifecycle.py",
                  "test_grading.py", "test_notebooks_run.py", "test_scale.py", "test_service.py", "test_lti.py",
                  "test_push.py", "test_delivery.py", "test_hostile.py", "test_course.py", "test_customise.py",
                  "test_sandbox.py"]

@@ -1,0 +1,344 @@
+"""A whole term on the course's JupyterHub, in a real browser (Playwright driving Debian's Chromium).
+
+Cost: about three minutes on two cores (the hub, three JupyterLab servers, the check service's warm
+grader, formgrader's autograde of two hand-ins, make grade's run after it); it runs as root (the hub
+spawns each user's server as their own system account, which it creates), with Chromium and Node; marked
+slow (make test-all and CI run it, make test does not), first in LONGEST_FIRST.
+
+The instructor releases attention_basics (an assignment with each student's own numbers) in formgrader;
+ada logs in, fetches it (the fetch brings her variant.json from the hub's `checks` service, as her),
+writes softmax without subtracting the maximum, runs check() and reads the named cause, fixes it,
+answers by hand on her own numbers and submits; the due date passes (the instructor moves it, with
+nbgrader's command and course.yml: a browser cannot make time pass); ben submits late; the instructor
+collects, autogrades both in formgrader (the hidden suites, through nbgrader_hooks.HiddenSuites), gives
+ada a score by hand, generates and releases feedback; ada fetches her feedback and reads the score that
+grades.csv (make grade, afterwards) and the LMS export give too. Each step leaves a screenshot in the
+test's tmp folder and in hub-artifacts/.
+"""
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from autograder.course import ROOT
+
+from playwright import sync_api as playwright_api
+
+from tests.hub import PASSWORD, Hub
+
+CHROMIUM = Path("/usr/bin/chromium")
+ASSIGNMENT = "attention_basics"
+ADA, BEN, TEACHER = "hubt_ada", "hubt_ben", "hubt_teacher"
+ARTIFACTS = ROOT / "hub-artifacts"
+
+MISTAKE = '''def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)), without the maximum subtracted."""
+    exps = np.exp(x)
+    return exps / np.sum(exps, axis=axis, keepdims=True)
+'''
+FIXED = '''def softmax(x, axis=-1):
+    """exp(x - max) / sum(exp(x - max)) over each slice along axis."""
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    exps = np.exp(shifted)
+    return exps / np.sum(exps, axis=axis, keepdims=True)
+'''
+BY_HAND = '''q, K, V = (np.array(VARIANT[name], dtype=float) for name in ("query", "keys", "values"))
+s = K @ q / np.sqrt(2)
+w = softmax(s)
+by_hand = {"scores": s.round(3).tolist(), "weights": w.round(3).tolist(), "context": (w @ V).round(3).tolist()}
+'''
+
+
+
+class Term:
+    """The browser's side of the term: one context per person, a screenshot per step."""
+
+    def __init__(self, hub, browser, shots):
+        self.hub, self.browser, self.shots, self.count = hub, browser, shots, 0
+        self.pages, self.quiet = {}, set()
+
+    def log_in(self, user):
+        page = self.browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{self.hub.url}/hub/login")
+        page.fill("#username_input", user)
+        page.fill("#password_input", PASSWORD)
+        page.click("#login_submit")   # the hub starts the user's server; waited for in lab()
+        self.pages[user] = page
+        return page
+
+    def lab(self, user):
+        page = self.pages[user]
+        page.wait_for_url(f"**/user/{user}/lab**", timeout=180_000)
+        page.wait_for_selector(".jp-LabShell", timeout=120_000)
+        if user not in self.quiet:   # JupyterLab's question about news, answered once
+            try:
+                page.locator(".jp-toast-button", has_text="No").first.click(timeout=5000)
+            except playwright_api.TimeoutError:
+                pass
+            self.quiet.add(user)
+        return page
+
+    def shot(self, page, name):
+        self.count += 1
+        path = self.shots / f"{self.count:02d}-{name}.png"
+        page.screenshot(path=path)
+        return path
+
+    def modal_closed(self, page, expected="success-modal"):
+        """formgrader's answer to an action: its success dialog, closed; AssertionError with its error text."""
+        page.wait_for_selector(f"#{expected}, #error-modal", state="visible", timeout=240_000)
+        if page.locator("#error-modal").is_visible():
+            raise AssertionError("formgrader: " + page.locator("#error-modal").inner_text())
+        page.locator(f"#{expected} button.close").first.click()
+        page.wait_for_selector(f"#{expected}", state="hidden")
+
+    def assignment_list(self, user):
+        page = self.lab(user)
+        page.get_by_text("Nbgrader", exact=True).click()
+        page.get_by_text("Assignment List", exact=True).click()
+        page.wait_for_selector("#released_assignments_list")
+        return page
+
+    def refreshed(self, page, section, text):
+        """Wait until the assignment list's `section` shows `text`, refreshing it as a student would."""
+        for _ in range(30):
+            if text in page.locator(f"#{section}").inner_text():
+                return
+            page.locator("#refresh_assignments_list").first.click()
+            page.wait_for_timeout(1000)
+        raise AssertionError(f"{section} never showed {text!r}: {page.locator(f'#{section}').inner_text()}")
+
+
+def fill_cell(page, containing, code, lacking=None):
+    """Replace the text of the notebook's code cell whose source holds `containing` (and not `lacking`)
+    with `code`, as typed."""
+    cell = page.locator(".jp-CodeCell .jp-InputArea").filter(has_text=containing)
+    if lacking:
+        cell = cell.filter(has_not_text=lacking)
+    cell = cell.first
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Escape")
+
+
+def run_check(page, marker):
+    """A cell at the end with check(), saved and run; the answer once it holds `marker`."""
+    last = page.locator(".jp-Notebook .jp-Cell").last
+    last.scroll_into_view_if_needed()
+    last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text("from check import check\ncheck();")
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1500)
+    page.keyboard.press("Shift+Enter")
+    answer = page.locator(".jp-Notebook .jp-Cell").filter(has_text="from check import check").last.locator(".jp-OutputArea")
+    answer.get_by_text(marker, exact=False).first.wait_for(timeout=300_000)
+    answer.evaluate("area => area.scrollIntoView({block: 'start'})")
+    return answer.inner_text()
+
+
+def as_instructor(hub, *args):
+    from autograder.hub.prepare import VENV_BIN, as_user
+    return as_user(hub.term, hub.term.instructor, VENV_BIN / "python", "-m", "autograder", "--course",
+                   hub.term.course / "course.yml", *args, cwd=hub.term.course)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    running = Hub([(ADA, "Lovelace, Ada"), (BEN, "Bennet, Ben")], TEACHER, ASSIGNMENT)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop(keep_log=ARTIFACTS / "hub.log")
+
+
+@pytest.mark.slow   # make test-all and CI (.ci/run) run it; make test leaves it out
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_a_term_on_the_hub_from_release_to_feedback(hub, tmp_path):
+    shots = tmp_path / "hub-artifacts"
+    shots.mkdir()
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        term = Term(hub, browser, shots)
+        try:
+            for user in (TEACHER, ADA, BEN):   # the three servers start at once
+                term.log_in(user)
+            a_term(hub, term)
+        finally:
+            browser.close()
+            ARTIFACTS.mkdir(exist_ok=True)
+            for path in shots.glob("*.png"):
+                shutil.copy(path, ARTIFACTS / path.name)
+
+
+def a_term(hub, term):
+    course = hub.term.course
+    # 1. The instructor releases the assignment in formgrader.
+    teacher = term.lab(TEACHER)
+    teacher.goto(f"{hub.url}/user/{TEACHER}/formgrader/manage_assignments")
+    row = teacher.locator("tr").filter(has_text=ASSIGNMENT)
+    row.locator(".glyphicon-cloud-upload").click()
+    term.modal_closed(teacher)
+    row.get_by_text("released").wait_for()
+    term.shot(teacher, "instructor-releases")
+    assert (hub.term.exchange / "attention" / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+
+    # 2. ada fetches it: the notebook, and her own numbers from the checks service.
+    ada = term.assignment_list(ADA)
+    term.refreshed(ada, "released_assignments_list", ASSIGNMENT)
+    ada.locator("#released_assignments_list button", has_text="Fetch").first.click()
+    term.refreshed(ada, "fetched_assignments_list", ASSIGNMENT)
+    term.shot(ada, "student-fetches")
+    fetched = hub.term.home(ADA) / ASSIGNMENT
+    mine = json.loads((fetched / "variant.json").read_text())
+    assert mine == json.loads((course / "variants" / ADA / ASSIGNMENT / "variant.json").read_text())
+    assert mine["student"] == ADA and (fetched / "variant.json").stat().st_uid == (fetched).stat().st_uid
+
+    # 3. A mistake, a check, the named cause.
+    ada.goto(f"{hub.url}/user/{ADA}/lab/tree/{ASSIGNMENT}/{ASSIGNMENT}.ipynb")
+    ada.wait_for_selector(".jp-Notebook .jp-CodeCell")
+    hub.checks_ready()
+    fill_cell(ada, "def softmax(x, axis=-1):", MISTAKE)
+    answer = run_check(ada, "without subtracting the maximum")
+    assert "Hidden tests of softmax" in answer or "softmax" in answer
+    term.shot(ada, "student-check-names-the-cause")
+    checked = [json.loads(line) for line in (course / "grading" / "checks" / "checks.jsonl").read_text().splitlines()]
+    assert [(c["student"], any("without subtracting the maximum" in cause for cause in c["causes"]))
+            for c in checked] == [(ADA, True)]
+
+    # 4. The fix, her numbers by hand, the submission.
+    fill_cell(ada, "without the maximum subtracted", FIXED)
+    fill_cell(ada, "# YOUR CODE HERE", BY_HAND, lacking="def ")
+    ada.keyboard.press("Control+s")
+    ada.wait_for_timeout(1500)
+    ada = term.assignment_list(ADA)
+    term.refreshed(ada, "fetched_assignments_list", ASSIGNMENT)
+    ada.locator("#fetched_assignments_list button", has_text="Submit").first.click()
+    term.refreshed(ada, "submitted_assignments_list", ASSIGNMENT)
+    term.shot(ada, "student-submits")
+
+    # 5. The due date passes (the instructor's command: nbgrader's gradebook and course.yml), ben hands in late.
+    from autograder.hub.prepare import set_due
+    set_due(hub.term, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    ben = term.assignment_list(BEN)
+    term.refreshed(ben, "released_assignments_list", ASSIGNMENT)
+    ben.locator("#released_assignments_list button", has_text="Fetch").first.click()
+    term.refreshed(ben, "fetched_assignments_list", ASSIGNMENT)
+    ben.locator("#fetched_assignments_list button", has_text="Submit").first.click()
+    term.refreshed(ben, "submitted_assignments_list", ASSIGNMENT)
+    term.shot(ben, "second-student-submits-late")
+
+    # 6. Collect, autograde in formgrader (the hidden suites), a score by hand.
+    teacher.goto(f"{hub.url}/user/{TEACHER}/formgrader/manage_assignments")
+    row = teacher.locator("tr").filter(has_text=ASSIGNMENT)
+    row.locator(".glyphicon-cloud-download").click()
+    term.modal_closed(teacher)
+    teacher.goto(f"{hub.url}/user/{TEACHER}/formgrader/manage_submissions/{ASSIGNMENT}")
+    for student in (ADA, BEN):
+        line = teacher.locator("tr").filter(has_text=student)
+        line.locator(".autograde a").click()
+        term.modal_closed(teacher)
+    teacher.reload()
+    teacher.locator("tr").filter(has_text=ADA).locator(".score").filter(has_text=re.compile(r"\d")).wait_for()
+    term.shot(teacher, "instructor-autogrades")
+    autograded = (course / "autograded" / ADA / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text()
+    assert "Hidden tests of softmax" in autograded
+
+    teacher.locator("tr").filter(has_text=ADA).locator(".student-name a").click()
+    teacher.locator("a[href*='/formgrader/submissions/']").first.click()
+    by_hand = teacher.locator("input.score#check_numpy_attention")   # the grader gave 0 of 8
+    by_hand.scroll_into_view_if_needed()
+    by_hand.fill("2")
+    by_hand.press("Tab")
+    teacher.wait_for_timeout(2000)
+    term.shot(teacher, "instructor-scores-by-hand")
+
+    # 7. Feedback generated and released; ada fetches it and reads her score.
+    teacher.goto(f"{hub.url}/user/{TEACHER}/formgrader/manage_assignments")
+    row = teacher.locator("tr").filter(has_text=ASSIGNMENT)
+    row.locator(".glyphicon-comment").click()
+    term.modal_closed(teacher)
+    row.locator(".glyphicon-envelope").click()
+    term.modal_closed(teacher)
+    term.shot(teacher, "instructor-releases-feedback")
+
+    ada = term.assignment_list(ADA)
+    term.refreshed(ada, "submitted_assignments_list", ASSIGNMENT)
+    ada.locator("#submitted_assignments_list button", has_text="Fetch Feedback").first.click()
+    feedback = wait_for_file(hub.term.home(ADA) / ASSIGNMENT / "feedback")
+    ada.goto(f"{hub.url}/user/{ADA}/files/{feedback.relative_to(hub.term.home(ADA))}")
+    shown = ada.locator("body").inner_text()
+    score = float(re.search(r"Score:\s*([\d.]+)\s*/\s*[\d.]+", shown).group(1))
+    term.shot(ada, "student-reads-feedback")
+
+    # 8. make grade and the LMS export give the same score.
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    as_instructor(hub, "grade-class", "--submitted", course / "submitted", "--out", course / "grading", "--db", db)
+    as_instructor(hub, "export-lms", "--out", course / "grading", "--roster", course / "roster.csv", "--db", db)
+    with open(course / "grading" / "grades.csv") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert float(rows[ADA]["final_score"]) == pytest.approx(score)
+    assert float(rows[ADA]["seconds_late"]) == 0 and float(rows[BEN]["seconds_late"]) > 0   # ben handed in late
+    with open(course / "grading" / "canvas.csv") as handle:
+        canvas = list(csv.reader(handle))
+    column = canvas[0].index("Attention from scratch with NumPy")
+    assert float(next(r for r in canvas[2:] if r[0] == "Lovelace, Ada")[column]) == pytest.approx(score)
+
+
+def wait_for_file(folder, timeout=60):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(Path(folder).rglob("*.html")) if Path(folder).is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no feedback in {folder} within {timeout} s")
+
+
+def test_a_fetch_whose_checks_service_cannot_be_reached_fails_in_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                                             caplog):
+    """nbgrader's fetch with the course's exchange class, its service on a port where nothing listens: the
+    student reads one line saying so, and no folder of notebooks without their numbers is left."""
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeError
+    from traitlets.config import Config
+
+    from autograder.hub.exchange import FetchWithVariant
+    from autograder.hub.prepare import free_port
+
+    outbound = tmp_path / "exchange" / "attention" / "outbound" / ASSIGNMENT
+    shutil.copytree(ROOT / "exercises" / ASSIGNMENT, outbound)
+    (tmp_path / "exchange").chmod(0o1777)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "a-students-server-token")
+    config = Config()
+    config.CourseDirectory.course_id = "attention"
+    config.CourseDirectory.assignment_id = ASSIGNMENT
+    config.CourseDirectory.root = str(home)
+    config.Exchange.root = str(tmp_path / "exchange")
+    config.FetchWithVariant.service_url = f"http://127.0.0.1:{free_port()}/services/checks/"
+    fetch = FetchWithVariant(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
+                             config=config)
+    with pytest.raises(ExchangeError):
+        fetch.start()
+    said = [record.getMessage() for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
+    assert len(said) == 1 and "\n" not in said[0], said
+    assert said[0].startswith(f"{ASSIGNMENT} was not fetched: the course's checks service could not be reached at "
+                              f"{config.FetchWithVariant.service_url}variant/{ASSIGNMENT}")
+    assert not (home / ASSIGNMENT).exists()
