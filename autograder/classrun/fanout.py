@@ -66,6 +66,9 @@ def prime(course, assignments):
     # One thread for the tensor maths done here, as in the grading processes (open_grader): OpenMP's
     # threads do not survive a fork, and a forked process that finds their team waits on it forever.
     torch.set_num_threads(1)
+    # torch.broadcast_shapes (the harness's checks.broadcasts) imports torch's symbolic shapes on its first
+    # call: a second of CPU in every grading process, and in a check server's first check of each, otherwise.
+    torch.broadcast_shapes((1,), (1,))
     for assignment_id in assignments:
         assignment = course.assignment(assignment_id)
         for notebook in assignment.notebooks:
