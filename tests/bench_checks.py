@@ -6,19 +6,23 @@ its Retry-After, as check() would be by a patient student. The class is made lik
 notebooks carry one of the catalogue's realistic mistakes, a few are right, a few untouched. Prints,
 per assignment, p50, p95 and the largest latency (from the first post to the answer, retries
 included), the checks per second, and beside them the floor: the checks' own grading seconds (the
-ledger's) over the grading processes. Every request is answered or refused with its reason, and no
+ledger's) over the grading processes, and the CPU seconds the server's processes and sandboxes spent
+(what a check costs however busy the machine is with other work). Every request is answered or refused with its reason, and no
 answer holds a line of the hidden suites or of a solution; a lost request or a leak fails the run.
 """
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+import psutil
 
+from autograder import variants
 from autograder.course import load_course
 from autograder.ondemand import ledger, tokens
 from tests import ondemand
@@ -43,6 +47,22 @@ def the_class(assignment, students, folder):
             answers = {**right, mistake.exercise: mistake.code}
         made.append((student, make_submission(assignment, answers, Path(folder) / student)[0]))
     return made
+
+
+def tree_cpu(pid):
+    """CPU seconds (user and system) of a process and every process under it: the grading processes, the
+    sandboxes' workers and, reaped by them, the children that ran the students' code.  What the machine's
+    other work costs the checks shows in their latency, not here."""
+    processes = [psutil.Process(pid)]
+    processes += processes[0].children(recursive=True)
+    total = 0.0
+    for each in processes:
+        try:
+            times = each.cpu_times()
+        except psutil.Error:   # ended meanwhile
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 async def one_check(client, url, course, assignment, student, path, refusals, answers):
@@ -74,15 +94,22 @@ def main():
     parser.add_argument("--assignment", default="masks")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-checks-") as folder:
+    with tempfile.TemporaryDirectory(prefix="bench-checks-") as folder, \
+            tempfile.TemporaryDirectory(prefix="bench-checks-secret-") as kept:
         root = Path(folder)
         course_yml = ondemand.course_copy(root, [args.assignment], {"open": True, "until": "2099-01-01T00:00:00Z",
                                                                     "per_hour": 1000})
         course = load_course(course_yml)
+        # A variant secret of the bench's own, outside the course (the tokens and any variant numbers come from it);
+        # the server started below inherits it.
+        os.environ[variants.SECRET_ENV] = str(Path(kept) / "variant-secret")
+        variants.make_secret(os.environ[variants.SECRET_ENV], course)
         made = the_class(args.assignment, args.students, root / "class")
         process, url = ondemand.start(course_yml, root / "out", jobs=args.jobs)
         try:
+            before = tree_cpu(process.pid)
             answers, wall, refusals, bodies = asyncio.run(load(url, course, args.assignment, made))
+            cpu = tree_cpu(process.pid) - before
         finally:
             ondemand.stop(process)
         graded = [entry["seconds"] for entry in ledger.read(root / "out") if entry["seconds"] is not None]
@@ -96,7 +123,8 @@ def main():
     print(f"{args.assignment}: {args.students} students at once, {args.jobs} grading processes: "
           f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
           f"{args.students / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
-          f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); refused then answered: "
+          f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); CPU of the server and its sandboxes "
+          f"{cpu:.1f} s, {cpu / args.students:.2f} s a check; refused then answered: "
           f"{refusals or 'none'}; {len(bodies)} answers scanned, none holds a line of the hidden suites or a solution")
 
 
