@@ -341,12 +341,13 @@ SUITES = itertools.count()
 
 
 class Replying:
-    """A student as the suites see it, answering every call with `output` (or raising `error`)."""
-    process = None
+    """A student as the suites see it, answering every call with `output` (or raising `error`); its process
+    notes in `events` when it is closed."""
     exercise = None
 
-    def __init__(self, output=None, error=None):
-        self.output, self.error = output, error
+    def __init__(self, output=None, error=None, events=None):
+        self.output, self.error, self.events = output, error, events if events is not None else []
+        self.process = type("Process", (), {"close": lambda process: self.events.append("closed")})()
 
     def call(self, name, *args, **kwargs):
         if self.error is not None:
@@ -365,6 +366,7 @@ def outcome_of(tmp_path, student, answers):
 
     def course_answers():
         started.append(answers)
+        student.events.append("course answers started")
         return answers
     session = {}
 
@@ -392,8 +394,11 @@ def test_a_reply_that_makes_the_graders_code_raise_is_the_students_when_the_cour
     """A reply of another form (a list too short to index) raises inside the grader's own code: the course's
     answers pass the same check, so the test fails (no grader fault, nothing held back), and the instructor is
     told."""
-    outcome, session, started = outcome_of(tmp_path, Replying([0, 1]), Replying([0, 1, 2, 3]))
+    student = Replying([0, 1])
+    outcome, session, started = outcome_of(tmp_path, student, Replying([0, 1, 2, 3]))
     assert started and not outcome.passed and not outcome.internal and "not of the form" in outcome.message
+    # the submission's process is gone before the course's answers run beside the sandbox's scratch space
+    assert student.events == ["closed", "course answers started"]
     assert not session["internal"] and len(session["charged"]) == 1 and "IndexError" in session["charged"][0]
 
 

@@ -175,7 +175,7 @@ class SuiteSession:
         self.outcomes = {}         # (exercise id, test name) -> Outcome, for the current run
         self.internal_errors = []  # tracebacks for the instructor's log, never for students
         self.charged = []          # errors inside the grader that the course's answers do not cause (_settle)
-        self.raised = {}           # node id -> (outcome, error) of an error inside the grader, until settled
+        self.raised = {}           # node id -> (item, outcome, error): an error inside the grader, until settled
         self._answers_of = self._answers = None
         self.said = set()          # the hints shown in the current exercise's feedback: each is said once
 
@@ -234,6 +234,7 @@ class SuiteSession:
         code = CODE.set(cell_files(getattr(getattr(student, "process", None), "cells", ())))
         try:
             self._run(exercises, student)
+            self._settle(student)
         finally:
             CODE.reset(code)
             self._student = self._reference = None
@@ -261,31 +262,34 @@ class SuiteSession:
                 else:
                     following = pending[0] if pending else after
                 item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
-                self._settle(item, following)
                 if is_gate and self.outcomes[exercise.id, exercise.gate].refused:
                     pending = list(basic)  # an answer that fails the gate earns its basic tests only
 
-    def _settle(self, item, following):
-        """Whose fault an error raised inside the grader while `item` ran is.  Not the exception's type
+    def _settle(self, student):
+        """Whose fault each error raised inside the grader while a test ran is.  Not the exception's type
         decides (any type can come of a reply the grader's code cannot read), nor anything the student's
-        process says: the test runs again on the course's own answers (the solution notebook, in a
-        process of its own, `answers`), and the error is the grader's only where it comes again there.
-        Where the course's answers pass through the check, what raised was the submission's reply: the
-        test fails, and the instructor is told (`charged`).  A grader that lost its sandbox (WorkerError)
+        process says: once the submission's tests have run, its process is ended (nothing of it stays alive,
+        nor in the scratch space, beside what comes next), the tests that raised run again on the course's
+        own answers (the solution notebook in a process of its own, `answers`), and an error is the grader's
+        only where it comes again there.  Where the course's answers pass through the check, what raised was
+        the submission's reply: the test fails, and the instructor is told (`charged`); a gate that fails so
+        caps the exercise as any failed gate does (scoring.py).  A grader that lost its sandbox (WorkerError)
         is the grader's without a second run."""
-        raised = self.raised.pop(item.nodeid, None)
-        if raised is None:
+        raised, self.raised = self.raised, {}
+        if not raised:
             return
-        outcome, error = raised
-        text = f"{item.nodeid}\n" + "".join(traceback.format_exception(error))
-        answers = None if isinstance(error, WorkerError) else self._course_answers()
-        if answers is None or self._again(item, following, answers).internal:
-            self.internal_errors.append(text)
-            return
-        self.charged.append(text)
-        key = self._key(item)
-        if self.outcomes.get(key) is outcome:
-            self.outcomes[key] = Outcome(False, UNREADABLE)
+        if callable(getattr(getattr(student, "process", None), "close", None)):
+            student.process.close()
+        for item, outcome, error in raised.values():
+            text = f"{item.nodeid}\n" + "".join(traceback.format_exception(error))
+            answers = None if isinstance(error, WorkerError) else self._course_answers()
+            if answers is None or self._again(item, answers).internal:
+                self.internal_errors.append(text)
+                continue
+            self.charged.append(text)
+            key = self._key(item)
+            if self.outcomes.get(key) is outcome:
+                self.outcomes[key] = Outcome(False, UNREADABLE)
 
     def _course_answers(self):
         """The Student of the course's own answers (started once a submission, when first needed), or None."""
@@ -296,16 +300,16 @@ class SuiteSession:
                 self._answers_of = None
         return self._answers
 
-    def _again(self, item, following, answers):
+    def _again(self, item, answers):
         """The outcome of `item` run on the course's answers (nothing of it is recorded for the submission)."""
-        student, outcomes, said, raised = self._student, self.outcomes, self.said, self.raised
-        self._student, self.outcomes, self.said, self.raised = answers, {}, set(), {}
-        answers.exercise = student.exercise
+        outcomes, said = self.outcomes, self.said
+        self._student, self.outcomes, self.said = answers, {}, set()
+        answers.exercise = self._key(item)[0]
         try:
-            item.ihook.pytest_runtest_protocol(item=item, nextitem=following)
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
             return self.outcomes.get(self._key(item), Outcome(False, internal=True))
         finally:
-            self._student, self.outcomes, self.said, self.raised = student, outcomes, said, raised
+            self.outcomes, self.said, self.raised = outcomes, said, {}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item, call):
@@ -324,7 +328,7 @@ class SuiteSession:
                                   picture.to_dict() if picture is not None else None, internal,
                                   isinstance(error, StudentFailure) and not stub)
                 if internal:
-                    self.raised[item.nodeid] = (outcome, error)
+                    self.raised[item.nodeid] = (item, outcome, error)
             previous = self.outcomes.get(key)
             # A parametrised test passes only when all of its cases pass.
             if previous is None or (previous.passed and not outcome.passed):
