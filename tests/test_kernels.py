@@ -124,6 +124,26 @@ def copied(x):
     return double(x).clone()
 
 
+def filled(n):
+    out = torch.empty(n)
+    for i in range(n):
+        out[i].fill_(1.0 + i / n)
+    return out * 0 + 1.0
+
+
+def brought_in(x, how):
+    """A kernel's input from outside torch's own memory (or from the call's own work: "own")."""
+    import numpy
+    source = {"borrowed": lambda: torch.from_numpy(numpy.ones(16, dtype=numpy.float32)),
+              "copied in": lambda: torch.empty(16).copy_(torch.from_numpy(numpy.ones(16, dtype=numpy.float32))),
+              "listed": lambda: torch.tensor(numpy.ones(300, dtype=numpy.float32).tolist())[:16],
+              "filled": lambda: filled(300)[:16],
+              "own": lambda: x * 1.0}[how]()
+    out = torch.empty(16)
+    copy_kernel[(1,)](source, out, 16, BLOCK=16, MASKED=True)
+    return out
+
+
 def half_stored(x):
     out = torch.zeros_like(x)
     copy_kernel[(triton.cdiv(x.numel(), 16),)](x, out, x.numel() // 2, BLOCK=16, MASKED=True)
@@ -237,6 +257,22 @@ def test_a_kernel_launched_on_a_tensor_made_before_the_call_is_seen(student):
     for source, foreign in (("prepared", 1), ("input", 0), ("numbers", 0), ("scaled", 0)):
         reply = student.call("launched_on", x, source, count=True)
         assert reply["work"].foreign_tensors == foreign, source
+
+
+def test_a_counted_call_computes_on_memory_torch_keeps_to_itself(student):
+    """NumPy's memory handed to a kernel or to torch, and Python's numbers brought in in bulk, refuse a
+    counted call, naming why (work done on them outside torch could not be counted); uncounted, the
+    same calls run, and a counted call on its own work is counted as before."""
+    x = torch.ones(16)
+    for how, words in (("borrowed", "memory torch did not allocate"), ("copied in", "memory torch did not allocate"),
+                       ("listed", "numbers moved between torch and Python"),
+                       ("filled", "numbers moved between torch and Python")):
+        with pytest.raises(StudentError) as raised:
+            student.call("brought_in", x, how, count=True)
+        assert words in raised.value.message, how
+        assert torch.equal(student.call("brought_in", x, how)["output"], torch.full((16,), 2.0)), how
+    work = student.call("brought_in", x, "own", count=True)["work"]
+    assert work.intact and work.launches == 1 and work.foreign_tensors == 0
 
 
 def test_what_a_call_returns_is_checked_against_what_its_kernels_stored(student):

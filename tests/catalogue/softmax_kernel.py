@@ -109,6 +109,39 @@ DEGENERATES = [
 ]
 
 
+# The softmax worked out in NumPy from x's bytes as torch.save wrote them (its numbers at the file's end),
+# then written into the output by a kernel that only copies (BROUGHT_BACK: how NumPy's answer comes back).
+_NUMPY_SOFTMAX = '''
+
+import os
+
+import numpy as np
+
+
+@triton.jit
+def copy_kernel(out_ptr, src_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < n_cols
+    y = tl.load(src_ptr + row * n_cols + cols, mask=inside)
+    tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def triton_softmax(x):
+    rows, cols = x.shape
+    kept = x.float().contiguous().clone()
+    path = os.path.join(os.getcwd(), "scores.pt")
+    torch.save(kept, path, _use_new_zipfile_serialization=False)
+    scores = np.fromfile(path, dtype=np.uint8)[-4 * kept.numel():].view(np.float32).reshape(rows, cols)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    answer = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+    source = BROUGHT_BACK
+    out = torch.empty(rows, cols, dtype=x.dtype, device=x.device)
+    copy_kernel[(rows,)](out, source, cols, BLOCK=triton.next_power_of_2(cols))
+    return out
+'''
+
+
 GAMING = [
     # NumPy inside the kernel's body, on the row the interpreter loaded (its .handle.data): Triton's
     # interpreter runs a body as Python, the GPU compiler refuses it (sandbox/inside/gpu_compiler.py).
@@ -206,6 +239,16 @@ def triton_softmax(x):
     e = math.e ** (x.float() - x.float().amax(dim=-1, keepdim=True))
     return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
 ''', loses=("the_kernel_does_the_work",), says="exponential"),
+    # The numbers taken out of torch without Tensor.numpy (torch.save to a file, read back by np.fromfile),
+    # the softmax computed in NumPy, and brought back for a kernel that only copies it: a counted call
+    # computes on memory torch keeps to itself, with few numbers in or out of Python (counter.py), so
+    # NumPy's answer cannot come back in, by either door.
+    Gaming("the softmax in NumPy on the bytes torch.save wrote, brought back as Python numbers for a copying kernel",
+           SOLUTION + _NUMPY_SOFTMAX.replace("BROUGHT_BACK", "torch.tensor(answer.tolist())"),
+           loses=("the_kernel_does_the_work",), says="work was done outside torch"),
+    Gaming("the softmax in NumPy on the bytes torch.save wrote, copied into a torch tensor for a copying kernel",
+           SOLUTION + _NUMPY_SOFTMAX.replace("BROUGHT_BACK", "torch.empty(rows, cols).copy_(torch.from_numpy(answer))"),
+           loses=("the_kernel_does_the_work",), says="work was done outside torch"),
     Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
         "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
         loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),

@@ -16,7 +16,9 @@ no lower than the algorithm's own: an answer that hides its work is "far below",
 tensor may not become a NumPy array while a call is counted (Tensor.numpy and __array__ raise then;
 `install` wraps them in the worker before any submission's code, so a reference taken by a
 submission is the wrapper); nor a Python list (Tensor.tolist, a storage's tolist, __dlpack__); nor Python
-numbers one by one (Tensor.item, float(t): more than SCALAR_BUDGET of them).  The count cannot be emptied from inside the call (it lives in this
+numbers one by one (Tensor.item, float(t): more than SCALAR_BUDGET of them); and the call computes on
+memory torch keeps to itself (NOT_TORCHS: no NumPy array's, buffer's or file's memory, none shared
+or lent out), so work done outside torch has no way back into the answer.  The count cannot be emptied from inside the call (it lives in this
 module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
@@ -27,11 +29,13 @@ Imports, by their own names in the sandbox: none of sandbox/inside/ (kernels.py 
 
 import functools
 import math
+import weakref
 
 import torch
+import torch.utils.dlpack
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
+__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "outside", "own_array", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
 DEPENDS = ()   # the modules of sandbox/inside/ this one imports by name
 
 aten = torch.ops.aten
@@ -116,9 +120,27 @@ class NotCountable(RuntimeError):
 
 NOT_COUNTABLE = ("a tensor was turned into a NumPy array or a Python list during a call whose work is counted: "
                  "work done on them cannot be counted, so keep the call's work in torch (or in the kernel)")
+# A counted call computes on memory torch keeps to itself.  Memory lent to torch (a NumPy array's, a
+# buffer's, a file's: torch.from_numpy, frombuffer, as_tensor, torch.load, DLPack; torch cannot resize
+# it), memory shared with other processes, and memory torch lent out (Tensor.numpy, __array__ and
+# __dlpack__ at any time before the call) can be read and written by code the count does not see, so
+# a counted call that hands any of it to an operator, or launches a kernel on it (kernels.py), is
+# refused: deny by default, whatever took the numbers out or brings them back (torch.save, a file, a
+# buffer, NumPy).  Numbers brought in from Python (torch.tensor of a list or an array: lift_fresh; the
+# distinct numbers handed to operators, out[i].fill_(v)) share SCALAR_BUDGET with those taken out one by one.
+NOT_TORCHS = ("a tensor in {why} was used during a call whose work is counted: work done on it outside torch "
+              "(NumPy, a buffer, a file) cannot be counted, so keep the call's work in torch (or in the kernel), "
+              "on the tensors it is given and those it makes")
+TOO_MANY_NUMBERS = (f"more than {SCALAR_BUDGET} numbers moved between torch and Python during a call whose work is "
+                    "counted (numbers brought in from Python by torch.tensor of a list or an array or handed to "
+                    "operators one by one, or taken out by item() and float(t)): work done on them cannot be counted, "
+                    "so keep the call's work in torch (or in the kernel)")
+# The ways of lending a tensor's memory to code outside torch (noted at any time, refused during a call).
+LENDING = ("numpy", "__array__", "__dlpack__", "to_dlpack")
 # The ways to hand a tensor's numbers to code the count does not see, refused during a counted call.
 REFUSED = ((torch.Tensor, ("numpy", "__array__", "tolist", "__dlpack__")),
-           (torch.UntypedStorage, ("tolist",)), (torch.TypedStorage, ("tolist",)))
+           (torch.UntypedStorage, ("tolist",)), (torch.TypedStorage, ("tolist",)),
+           (torch, ("to_dlpack",)), (torch.utils.dlpack, ("to_dlpack",)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,15 +158,88 @@ def _computed_elements(out):
     return 0
 
 
+# Operators whose Python number arguments are values written into a tensor (as torch.tensor's are), so
+# their integers count among the numbers brought in, not only their floats; elsewhere an integer is a
+# size, an index or a dimension.
+VALUE_OPERATORS = {aten.fill, aten.fill_, aten.full, aten.full_like, aten.new_full, aten.scalar_tensor,
+                   aten.masked_fill, aten.masked_fill_, aten.index_fill, aten.index_fill_, aten.where}
+
+
+def _numbers(value, integers):
+    """The Python numbers in an operator's arguments: floats, and with `integers` ints too (not bools)."""
+    if type(value) is float or (integers and type(value) is int):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _numbers(item, integers)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _numbers(item, integers)
+
+
+def _tensors(value):
+    """The tensors in an operator's arguments (in tuples, lists and dicts)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
 def _make():
     total, exponentials, elementwise, scalars, counting, made = [0], [0], [0], [0], [False], [None]
+    lent = {}   # storage address -> weak reference to the storage torch lent out there
+    brought = set()   # the distinct Python numbers operators were handed during the call
+
+    def outside(tensor):
+        """Where a tensor's memory is, when it is not torch's own ("" when it is)."""
+        if tensor.device.type != "cpu":
+            return ""
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):   # a tensor without storage
+            return ""
+        if storage.is_shared():
+            return "shared memory"
+        if not storage.resizable():
+            return "memory torch did not allocate (a NumPy array's, a buffer's or a file's)"
+        holder = lent.get(storage.data_ptr())
+        if holder is not None and holder() is storage:
+            return "memory handed to NumPy or DLPack before the call"
+        return ""
+
+    def lend(tensor):
+        if len(lent) > 4096:
+            for address in [address for address, holder in lent.items() if holder() is None]:
+                del lent[address]
+        try:
+            storage = tensor.untyped_storage()
+            lent[storage.data_ptr()] = weakref.ref(storage)
+        except (RuntimeError, NotImplementedError, TypeError):
+            pass
+
+    def check_memory(func, args, kwargs):
+        for tensor in _tensors((args, kwargs)):
+            why = outside(tensor)
+            if why:
+                raise NotCountable(NOT_TORCHS.format(why=why))
+        if func.overloadpacket is aten.lift_fresh:   # numbers brought in from Python
+            scalars[0] += sum(tensor.numel() for tensor in _tensors(args))
+        elif func.overloadpacket is aten._local_scalar_dense:   # a number taken out to Python
+            scalars[0] += 1
+        # Numbers handed to an operator one call at a time (out[i].fill_(v), x + v): the distinct ones count
+        # (a scale, -inf or 0 used again and again is one number).
+        brought.update(_numbers((args, kwargs), func.overloadpacket in VALUE_OPERATORS))
+        if scalars[0] + len(brought) > SCALAR_BUDGET:
+            raise NotCountable(TOO_MANY_NUMBERS)
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket is aten._local_scalar_dense:
-                scalars[0] += 1
-                if scalars[0] > SCALAR_BUDGET:
-                    raise NotCountable(NOT_COUNTABLE)
+            if counting[0]:
+                check_memory(func, args, kwargs)
             out = func(*args, **(kwargs or {}))
             if made[0] is not None:
                 _note_made(func, args, kwargs, out, made[0])
@@ -177,11 +272,14 @@ def _make():
     def switch(on):
         counting[0] = on
         scalars[0] = 0
+        brought.clear()
 
-    def refusing(original):
+    def refusing(original, lends):
         def wrapper(self, *args, **kwargs):
             if counting[0]:
                 raise NotCountable(NOT_COUNTABLE)
+            if lends:
+                lend(self)
             return original(self, *args, **kwargs)
         wrapper.__name__ = wrapper.__qualname__ = original.__name__
         wrapper.__doc__ = original.__doc__
@@ -190,9 +288,17 @@ def _make():
     def install():
         for owner, names in REFUSED:
             for name in names:
-                setattr(owner, name, refusing(getattr(owner, name)))
+                original = getattr(owner, name)
+                originals[owner, name] = original
+                setattr(owner, name, refusing(original, name in LENDING))
 
-    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made
+    originals = {}
+
+    def own_array(tensor):
+        """The grader's own NumPy view of a tensor (kernels.Tally.note_call), not noted as lent."""
+        return originals.get((torch.Tensor, "numpy"), torch.Tensor.numpy)(tensor)
+
+    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made, outside, own_array
 
 
 def storages(values):
@@ -220,7 +326,7 @@ def _note_made(func, args, kwargs, out, made):
         pass
 
 
-_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made = _make()
+_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made, outside, own_array = _make()
 
 
 class Counted:

@@ -171,7 +171,7 @@ def prepare():
     decided when the worker started (TRITON_INTERPRET=1 in its environment, jail.kernel_environment);
     without it they are compiled for the CUDA device, and Triton's driver is left for each child to
     make (worker.fresh_child)."""
-    global INTERPRETED, _begin, _end, _intact, _storages
+    global INTERPRETED, _begin, _end, _intact, _storages, _own_array
     if INTERPRETED is not None:
         return
     INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -184,7 +184,7 @@ def prepare():
         import gpu_compiler
         gpu_compiler.warm()
     import counter
-    _storages = counter.storages   # held here: the grader's modules leave sys.modules in a child
+    _storages, _own_array = counter.storages, counter.own_array   # held here: the grader's modules leave sys.modules in a child
 
 
 def open_device(memory_mb):
@@ -430,6 +430,7 @@ def _launch(hooks):
     memory noted for the bounds (GridExecutor.__call__), a kernel's body held to what Triton's GPU
     compiler accepts before it first runs (InterpretedFunction.run), and a @triton.jit function called
     inside a kernel (InterpretedFunction.__call__).  {(owner, name): wrapper}."""
+    import counter
     import gpu_compiler
     interpreter, count = hooks.interpreter, hooks.count
     original_grid, launch = hooks.originals["set_grid_idx"], interpreter.GridExecutor.__call__
@@ -461,6 +462,10 @@ def _launch(hooks):
             ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
         outer, count.ranges = count.ranges, ranges
         if count.counting:
+            for tensor in tensors:   # memory torch keeps to itself, as for torch's operators (counter.outside)
+                why = counter.outside(tensor)
+                if why:
+                    raise counter.NotCountable(counter.NOT_TORCHS.format(why=why))
             count.launches += 1
             count.launched.update(tensor.untyped_storage().data_ptr() for tensor in tensors)
         try:
@@ -665,7 +670,7 @@ def _tallying(hooks, plain, carrying):
 
 
 # Set by prepare() where the interpreter runs the kernels; elsewhere nothing is installed to count with.
-_begin = _end = _intact = _storages = None
+_begin = _end = _intact = _storages = _own_array = None
 
 
 class Tally:
@@ -712,10 +717,10 @@ class Tally:
             storage = tensor.untyped_storage()
             index = torch.as_strided(torch.arange(storage.nbytes() // tensor.element_size()), tensor.shape,
                                      tensor.stride(), tensor.storage_offset())
-            where = np.uint64(storage.data_ptr()) + index.numpy().astype(np.uint64).ravel() * np.uint64(tensor.element_size())
+            where = np.uint64(storage.data_ptr()) + _own_array(index).astype(np.uint64).ravel() * np.uint64(tensor.element_size())
             kept = np.isin(where, self.written)
             size = tensor.element_size()
-            bits = tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().view(f"u{size}")
+            bits = _own_array(tensor.detach().reshape(-1).contiguous().view(torch.uint8)).view(f"u{size}")
             for position in np.flatnonzero(kept):
                 value = self.stored.get(int(where[position]))
                 if value is not None and value < (1 << (8 * size)) and int(bits[position]) != value:
