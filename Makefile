@@ -187,7 +187,7 @@ hub: setup
 	  apt-get install -y -qq nodejs npm >/dev/null 2>&1; } || { echo "make hub needs Node and npm (Debian: nodejs npm)"; exit 2; }
 	@test -x autograder/hub/proxy/node_modules/.bin/configurable-http-proxy || \
 	  (cd autograder/hub/proxy && npm ci --no-audit --no-fund)
-	$(PYTHON) -m autograder.hub --state $(or $(STATE),/srv/attention-hub) --port $(or $(PORT),8000) $(if $(ROSTER),--roster $(ROSTER)) \
+	$(PYTHON) -m autograder.hub --release --state $(or $(STATE),/srv/attention-hub) --port $(or $(PORT),8000) $(if $(ROSTER),--roster $(ROSTER)) \
 	  $(if $(PASSWORD),--password $(PASSWORD))
 
 ## Remove what the sample-class demo wrote (never the course's own grading/ or gradebook.db).

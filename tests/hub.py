@@ -16,7 +16,7 @@ import httpx
 import psutil
 
 from autograder.hub.__main__ import hub_command
-from autograder.hub.prepare import PROXY, Term, free_port, prepare, undo
+from autograder.hub.prepare import ACCOUNT_COMMENT, PROXY, Term, free_port, prepare, undo
 
 PASSWORD = "hub-test-password"
 
@@ -37,10 +37,22 @@ def wait_for(what, ready, timeout, every=0.5, process=None, log=None):
     raise AssertionError(f"{what} not ready within {timeout} s\n{tail}")
 
 
+def forget_stale_accounts(users):
+    """The test's accounts left by a run that could not clean up (killed): removed, so that this run makes
+    them anew and removes them after. Only accounts a hub's prepare made (their comment says so)."""
+    for user in users:
+        try:
+            if pwd.getpwnam(user).pw_gecos == ACCOUNT_COMMENT:
+                subprocess.run(["userdel", user], capture_output=True, timeout=60)
+        except KeyError:
+            pass
+
+
 class Hub:
     """A running hub: its term (prepare.Term), its log, and start/stop."""
 
     def __init__(self, roster_rows, instructor, assignment):
+        forget_stale_accounts([instructor, *(student for student, _ in roster_rows)])
         self.folder = Path(tempfile.mkdtemp(prefix="attention-hub-", dir="/var/tmp"))
         self.folder.chmod(0o755)
         roster = self.folder / "class-roster.csv"
@@ -72,6 +84,16 @@ class Hub:
             return answer.status_code == 200 and answer.json().get("ready", 0) > 0
         wait_for("the checks service", ready, timeout, every=1, process=self.process, log=self.log)
 
+    def stop_proxy(self):
+        """A hub that failed to start leaves its proxy running (in a session of its own): ended by its pid file."""
+        try:
+            proxy = psutil.Process(int((self.term.folder / "hub" / "proxy.pid").read_text()))
+            if "configurable-http-proxy" in " ".join(proxy.cmdline()):
+                proxy.kill()
+                proxy.wait(timeout=30)
+        except (OSError, ValueError, psutil.Error):
+            pass
+
     def stop(self, keep_log=None):
         """The hub stops its proxy, services and servers itself (cleanup_servers); what is left of the
         accounts' processes (a kernel) is ended by pid; then the accounts and folders are undone."""
@@ -80,8 +102,9 @@ class Hub:
             try:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.kill()
                 self.process.wait(timeout=30)
+        self.stop_proxy()
         uids = set()
         for user in (self.term.instructor, *self.term.students):
             try:
@@ -96,7 +119,7 @@ class Hub:
                 pass
         psutil.wait_procs(left, timeout=30)
         undo(self.term)
-        if keep_log:
+        if keep_log and self.log.exists():
             Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(self.log, keep_log)
         shutil.rmtree(self.folder, ignore_errors=True)

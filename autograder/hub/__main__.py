@@ -1,6 +1,6 @@
 """`python -m autograder.hub`: prepare the term's folder (prepare.py), then run the hub until Ctrl-C.
 
-    python -m autograder.hub --state /srv/attention-hub [--roster roster.csv] [--port 8000]
+    python -m autograder.hub --state /srv/attention-hub [--roster roster.csv] [--port 8000] [--release]
     python -m autograder.hub --state /srv/attention-hub --undo   # its accounts removed, folders closed again
 """
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import ROOT, CourseError
-from autograder.hub.prepare import DEMO_PASSWORD, VENV_BIN, Term, prepare, undo
+from autograder.hub.prepare import DEMO_PASSWORD, VENV_BIN, Term, prepare, release, undo
 
 CONFIG = Path(__file__).resolve().parent / "jupyterhub_config.py"
 
@@ -31,6 +31,8 @@ def main(argv=None):
     parser.add_argument("--due", default="", help="the assignment's due date, ISO (default: a week from now)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--password", default=DEMO_PASSWORD)
+    parser.add_argument("--release", action="store_true", help="release the assignment now, as the instructor "
+                        "would in formgrader (make hub's demo does)")
     parser.add_argument("--undo", action="store_true", help="remove the accounts this folder made, close the "
                         "folders it opened")
     args = parser.parse_args(argv)
@@ -49,12 +51,15 @@ def main(argv=None):
         if previous.exists():
             term.created, term.opened = Term.load(args.state).created, Term.load(args.state).opened
         prepare(term)
+        if args.release:
+            release(term)
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"The course's hub at {term.url}/  (a demo: every account's password is {term.password!r})\n"
           f"  instructor: {term.instructor} (Nbgrader > Formgrader)   students: {', '.join(term.students)}\n"
-          f"  {term.assignment} is due {term.due}; Ctrl-C stops the hub, its proxy and every server")
+          f"  {term.assignment} is {'released' if args.release else 'not released yet'}, due {term.due}; "
+          "Ctrl-C stops the hub, its proxy and every server")
     command, env = hub_command(term)
     os.chdir(term.folder / "hub")
     os.execve(command[0], command, env)   # the hub itself: Ctrl-C or SIGTERM reach it, and it stops what it started

@@ -38,6 +38,7 @@ PROXY = Path(__file__).resolve().parent / "proxy" / "node_modules" / ".bin" / "c
 COURSE_FOLDER = "attention"   # the instructor's copy of the course, in their home
 DEMO_PASSWORD = "attention-demo"   # the demo's shared password (make hub PASSWORD=... to change it)
 DEMO_ROSTER = [("alice", "Liddell, Alice", "alice@example.org"), ("bob", "Builder, Bob", "bob@example.org")]
+ACCOUNT_COMMENT = "attention course hub"   # the comment (GECOS) of the accounts prepare makes
 LATE_POLICY = {"percent_per_day": 10, "grace_minutes": 0, "max_percent": 50}   # the demo term's
 
 
@@ -148,8 +149,9 @@ def ensure_account(term, user):
         return False
     term.home(user).parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["useradd", "--create-home", "--home-dir", str(term.home(user)), "--user-group",
-                    "--shell", "/bin/bash", "--comment", "attention course hub", user],
+                    "--shell", "/bin/bash", "--comment", ACCOUNT_COMMENT, user],
                    check=True, capture_output=True, text=True, timeout=60)
+    term.home(user).chmod(0o700)   # a student's work, the instructor's course and roster: their own
     return True
 
 
@@ -302,6 +304,12 @@ def prepare(term):
     return term
 
 
+def release(term):
+    """The assignment in the exchange, with nbgrader's command as the instructor (formgrader's Release button)."""
+    as_user(term, term.instructor, VENV_BIN / "nbgrader", "release_assignment", term.assignment, "--force",
+            cwd=term.course)
+
+
 GRADEBOOK = """
 import sys
 from nbgrader.api import Gradebook
@@ -309,7 +317,7 @@ from autograder import gradebook
 from autograder.course import load_course
 from autograder.lms import read_roster
 course = load_course(sys.argv[1])
-gradebook.prepare(course.gradebook_url, course, [sys.argv[2]])
+gradebook.prepare(course.gradebook_url, course, [sys.argv[2]], only_new=True)   # its due date, its cells once
 with Gradebook(course.gradebook_url) as book:   # formgrader's names of the roster's students
     for student, row in read_roster(sys.argv[3]).items():
         last, _, first = row["name"].partition(", ")
