@@ -1,8 +1,8 @@
 """A whole term on the course's JupyterHub, in a real browser (Playwright driving Debian's Chromium).
 
-Cost: about three minutes on two cores (3 min 11 s beside other test runs: the hub and the check
-service's warm grader 50 s, three JupyterLab servers, formgrader's autograde of two hand-ins, make
-grade's run after it; hub-artifacts/timings.txt has each step's); it runs as root (the hub
+Cost: two to three minutes on two cores (2 min 23 s to 3 min 11 s beside other test runs: the hub and
+the check service's warm grader 31 to 50 s, three JupyterLab servers, formgrader's autograde of two
+hand-ins, make grade's run after it; hub-artifacts/timings.txt has each step's); it runs as root (the hub
 spawns each user's server as their own system account, which it creates), with Chromium and Node; marked
 slow (make test-all and CI run it, make test does not), first in LONGEST_FIRST.
 
@@ -332,20 +332,42 @@ def wait_for_file(folder, timeout=60):
     raise AssertionError(f"no feedback in {folder} within {timeout} s")
 
 
-def test_a_fetch_whose_checks_service_cannot_be_reached_fails_in_one_line_and_leaves_nothing(tmp_path, monkeypatch,
-                                                                                             caplog):
-    """nbgrader's fetch with the course's exchange class, its service on a port where nothing listens: the
-    student reads one line saying so, and no folder of notebooks without their numbers is left."""
+class Service:
+    """A stand-in for the hub's `checks` service on loopback: one fixed answer, the requests it was sent."""
+
+    def __init__(self, status, body, content_type):
+        import http.server
+        import threading
+
+        sent = self.sent = []
+
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                sent.append((self.path, self.headers.get("Authorization")))
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/checks/"
+
+
+def fetch_from(service_url, tmp_path, monkeypatch):
+    """nbgrader's fetch of the released assignment with the course's exchange class, as a student's server
+    runs it: (the ExchangeError or None, the student's folder)."""
     from nbgrader.auth import Authenticator
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.exchange import ExchangeError
     from traitlets.config import Config
 
     from autograder.hub.exchange import FetchWithVariant
-    from autograder.hub.prepare import free_port
 
-    outbound = tmp_path / "exchange" / "attention" / "outbound" / ASSIGNMENT
-    shutil.copytree(ROOT / "exercises" / ASSIGNMENT, outbound)
+    shutil.copytree(ROOT / "exercises" / ASSIGNMENT, tmp_path / "exchange" / "attention" / "outbound" / ASSIGNMENT)
     (tmp_path / "exchange").chmod(0o1777)
     home = tmp_path / "home"
     home.mkdir()
@@ -356,13 +378,45 @@ def test_a_fetch_whose_checks_service_cannot_be_reached_fails_in_one_line_and_le
     config.CourseDirectory.assignment_id = ASSIGNMENT
     config.CourseDirectory.root = str(home)
     config.Exchange.root = str(tmp_path / "exchange")
-    config.FetchWithVariant.service_url = f"http://127.0.0.1:{free_port()}/services/checks/"
+    config.FetchWithVariant.service_url = service_url
     fetch = FetchWithVariant(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
                              config=config)
-    with pytest.raises(ExchangeError):
+    try:
         fetch.start()
-    said = [record.getMessage() for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
-    assert len(said) == 1 and "\n" not in said[0], said
-    assert said[0].startswith(f"{ASSIGNMENT} was not fetched: the course's checks service could not be reached at "
-                              f"{config.FetchWithVariant.service_url}variant/{ASSIGNMENT}")
-    assert not (home / ASSIGNMENT).exists()
+    except ExchangeError as error:
+        return error, home / ASSIGNMENT
+    return None, home / ASSIGNMENT
+
+
+def test_a_fetch_writes_the_variant_the_service_gives_for_the_servers_token(tmp_path, monkeypatch):
+    numbers = json.dumps({"student": "ada", "assignment": ASSIGNMENT, "notebooks": {ASSIGNMENT: {"query": [1, 2]}}})
+    service = Service(200, numbers + "\n", "application/json")
+    failed, folder = fetch_from(service.url, tmp_path, monkeypatch)
+    assert failed is None and (folder / "variant.json").read_text() == numbers + "\n"
+    assert (folder / f"{ASSIGNMENT}.ipynb").is_file()
+    assert service.sent == [(f"/services/checks/variant/{ASSIGNMENT}", "token a-students-server-token")]
+
+
+def test_an_assignment_the_service_says_has_no_variants_is_fetched_without_one(tmp_path, monkeypatch):
+    service = Service(404, json.dumps({"error": "masks has no numbers of each student's own"}), "application/json")
+    failed, folder = fetch_from(service.url, tmp_path, monkeypatch)
+    assert failed is None and (folder / f"{ASSIGNMENT}.ipynb").is_file() and not (folder / "variant.json").exists()
+
+
+@pytest.mark.parametrize("answer, said", [
+    (None, "the course's checks service could not be reached at {url}variant/attention_basics ("),
+    ((404, "<html>404: Not Found</html>", "text/html"), "no checks service answers at {url}variant/attention_basics"),
+    ((503, json.dumps({"error": "the hub did not answer"}), "application/json"),
+     "the course's checks service answered 503 for your variant.json (the hub did not answer)"),
+    ((200, "<html>Sign in</html>", "text/html"), "{url}variant/attention_basics answered something that is no "
+                                                 "variant.json"),
+], ids=["nothing listening", "a 404 not the service's", "a refusal", "a page"])
+def test_a_fetch_without_its_variant_fails_in_one_line_and_leaves_nothing(answer, said, tmp_path, monkeypatch, caplog):
+    """The student reads one line saying why, and no folder of notebooks on nobody's numbers is left."""
+    from autograder.hub.prepare import free_port
+    url = Service(*answer).url if answer else f"http://127.0.0.1:{free_port()}/services/checks/"
+    failed, folder = fetch_from(url, tmp_path, monkeypatch)
+    lines = [record.getMessage() for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
+    assert failed is not None and len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].startswith(f"{ASSIGNMENT} was not fetched: " + said.format(url=url)), lines[0]
+    assert not folder.exists()

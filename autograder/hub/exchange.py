@@ -6,9 +6,9 @@
 After nbgrader's own fetch has copied the released notebooks, the student's variant.json is asked of the
 hub's `checks` service with the server's own hub token (JUPYTERHUB_API_TOKEN), so the service, not this
 process, says whose numbers they are, and written beside the notebooks. An assignment without variants
-has none (the service answers 404). Where the service cannot give it, the fetched folder is removed again
-(a later fetch starts over) and the fetch fails with one line: a notebook on nobody's numbers would be
-graded on the student's.
+has none (the service refuses with a 404 and its one line; a 404 that is not the service's fails). Where
+the service cannot give it, the fetched folder is removed again (a later fetch starts over) and the fetch
+fails with one line: a notebook on nobody's numbers would be graded on the student's.
 """
 
 import os
@@ -52,10 +52,29 @@ class FetchWithVariant(ExchangeFetchAssignment):
         except httpx.HTTPError as error:
             raise RuntimeError(f"the course's checks service could not be reached at {url} ({error}); "
                                "try again in a minute, or tell your instructor") from None
-        if response.status_code == 404:
+        if response.status_code == 404:   # the service's own refusal (JSON, one line), not a hub without it
+            reason = _refusal(response)
+            if reason is None:
+                raise RuntimeError(f"no checks service answers at {url} (404 from the hub); tell your instructor")
+            self.log.info("No variant.json for %s: %s", self.coursedir.assignment_id, reason)
             return None
         if response.status_code != 200:
-            said = response.text.strip().splitlines()[:1] or [response.reason_phrase]
+            said = _refusal(response) or (response.text.strip().splitlines() or [response.reason_phrase])[0]
             raise RuntimeError(f"the course's checks service answered {response.status_code} for your "
-                               f"variant.json ({said[0][:200]}); tell your instructor")
+                               f"variant.json ({said[:200]}); tell your instructor")
+        try:
+            numbers = response.json()
+        except ValueError:
+            numbers = None
+        if not isinstance(numbers, dict) or not isinstance(numbers.get("notebooks"), dict):
+            raise RuntimeError(f"{url} answered something that is no variant.json; tell your instructor")
         return response.text
+
+
+def _refusal(response):
+    """The check service's one line of a refusal ({"error": ...}), or None where the answer is not one."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None
