@@ -1,4 +1,5 @@
-"""What leaves the course repository: the student kit and Gradescope's autograder.zip.
+"""What leaves the course repository: the student kit and Gradescope's autograder.zip, and what
+that zip's run_autograder grades (gradescope_result).
 
     student-kit/          the notebooks of the assignments released so far (course.yml's schedule),
                           a student README, requirements, self_check.py and a workflow that runs
@@ -26,10 +27,12 @@ from pathlib import Path
 import yaml
 
 from autograder.course import CourseError
-from autograder.intake import student_name_problem
+from autograder.intake import SubmissionError, choose_notebooks, find_notebooks, gradescope_ids, student_name_problem
 from autograder.ondemand.tokens import hand_out
+from autograder.results import SubmissionResult, grader_failed, not_graded
+from autograder.sandbox.jail import SandboxUnavailable
 from autograder.schedule import kit_assignments, now
-from autograder.variants import FILENAME, KEY_FILE, Variants, has_variants, note_handed_out
+from autograder.variants import FILENAME, KEY_FILE, UnknownStudent, Variants, has_variants, note_handed_out
 
 KIT_FILES = Path(__file__).resolve().parent / "kit"
 
@@ -253,3 +256,37 @@ def build_gradescope(course, assignment, archive):
     if key:
         note_handed_out(course, f"Gradescope's zip of {assignment.id} ({archive})")
     return archive, pythons
+
+
+# -- what the zip's run_autograder grades
+
+def gradescope_result(course, assignment, submission, check_sandbox):
+    """The result of the notebook in Gradescope's submission folder, and the lines for the instructor
+    (stdout, which run_autograder's results hide from students).  Whose numbers: the roster shipped in
+    the zip says, from the submitter's sid or email.  A submission that cannot be graded (no notebook,
+    several, a link out) scores nothing with its reason; a submitter the roster does not know, or a
+    sandbox that cannot be built here (`check_sandbox` raises), is a grader fault, never a score (nor
+    one on another id's numbers)."""
+    ids = gradescope_ids(submission)
+    student, notes, fault, reason = (ids or ["student"])[0], [], "", ""
+    if has_variants(assignment):
+        try:
+            student = Variants.of(course).whose(ids, "Gradescope's submitter: ")
+        except UnknownStudent as error:
+            notes.append(f"instructor: {error}")
+            fault = str(error)
+    try:
+        chosen = choose_notebooks(assignment, find_notebooks(submission))
+        check_sandbox(course)
+    except SubmissionError as error:
+        reason = str(error)
+    except SandboxUnavailable as error:  # the instructor's to fix
+        notes.append(f"instructor: the grader's sandbox cannot be built in this container ({error}); "
+                     "rebuild the autograder image (setup.sh checks the sandbox)")
+        fault = fault or f"its sandbox cannot be built in this container ({error})"
+    if reason:
+        return SubmissionResult(student, assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks]), notes
+    if fault:
+        return SubmissionResult(student, assignment.id, [grader_failed(nb, fault) for nb in assignment.notebooks]), notes
+    from autograder.grading import grade_one  # torch: only when there is something to grade
+    return grade_one(course, assignment, submission, student, notebooks=chosen), notes

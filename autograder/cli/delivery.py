@@ -5,8 +5,6 @@ numbers), gradescope-zip."""
 from pathlib import Path
 
 from autograder.cli.commands import API, GRADED, ORGANIZATION, SUBMITTED, check_sandbox, command, one_of, option, shard
-from autograder.intake import SubmissionError, choose_notebooks, find_notebooks, gradescope_ids
-from autograder.sandbox.jail import SandboxUnavailable
 
 
 @command("gradescope", "grade Gradescope's submission folder (run_autograder calls it)",
@@ -16,37 +14,11 @@ from autograder.sandbox.jail import SandboxUnavailable
 def gradescope(args, course):
     """What run_autograder calls: grade the notebook in Gradescope's submission folder.  stdout is
     for the instructor (run_autograder's results hide it from students)."""
+    from autograder.kits import gradescope_result
     from autograder.render import last_line, write_gradescope
-    from autograder.results import SubmissionResult, grader_failed, not_graded
-    from autograder.variants import UnknownStudent, Variants, has_variants
-
-    assignment = course.assignment(args.assignment)
-    ids = gradescope_ids(args.submission)
-    student, unknown = (ids or ["student"])[0], ""
-    if has_variants(assignment):   # whose numbers: the roster shipped in the zip says, from the sid or the email
-        try:
-            student = Variants.of(course).whose(ids, "Gradescope's submitter: ")
-        except UnknownStudent as error:
-            print(f"instructor: {error}")
-            unknown = str(error)
-    reason = fault = ""
-    try:
-        chosen = choose_notebooks(assignment, find_notebooks(args.submission))
-        check_sandbox(course)
-    except SubmissionError as error:
-        reason = str(error)
-    except SandboxUnavailable as error:  # the instructor's to fix: a grader fault, never a score
-        print(f"instructor: the grader's sandbox cannot be built in this container ({error}); "
-              "rebuild the autograder image (setup.sh checks the sandbox)")
-        fault = f"its sandbox cannot be built in this container ({error})"
-    if reason:
-        result = SubmissionResult(student, assignment.id, [not_graded(nb, reason) for nb in assignment.notebooks])
-    elif unknown or fault:   # a grader fault, never a score (nor one on another id's numbers)
-        result = SubmissionResult(student, assignment.id,
-                                  [grader_failed(nb, unknown or fault) for nb in assignment.notebooks])
-    else:
-        from autograder.grading import grade_one  # torch: only when there is something to grade
-        result = grade_one(course, assignment, args.submission, student, notebooks=chosen)
+    result, notes = gradescope_result(course, course.assignment(args.assignment), args.submission, check_sandbox)
+    for line in notes:
+        print(line)
     write_gradescope(result, Path(args.results), course.visibility())   # none for a grader fault
     print(last_line(result))
     return 0
