@@ -226,8 +226,8 @@ class Course:
         "" where none does: what a worker that grades them prepares at its start."""
         return next((assignment.kernels for assignment in assignments if assignment.kernels), "")
 
-    def uses_compiler_stack(self, *assignments):
-        """Whether grading any of the assignments runs what imports torch's compiler stack in the
+    def uses_dynamo(self, *assignments):
+        """Whether grading any of the assignments runs what imports torch's dynamo stack in the
         student's process (about a second, which the warm worker then pays once): hidden tests that
         count work (course.yml's measured tests, kernels), or a solution that trains with an optimiser."""
         return any(bool(assignment.kernels) or any(exercise.measured for exercise in assignment.exercises)

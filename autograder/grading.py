@@ -98,7 +98,7 @@ class Grader:
             others = lambda: self.variants.others(assignment, notebook, student_id, classmates)  # noqa: E731 (when asked)
             files = {FILENAME: self.variants.file_text(assignment, student_id)}
         process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
-                                 self.course.uses_compiler_stack(assignment), files)
+                                 self.course.uses_dynamo(assignment), files)
         sandbox = self._live_sandbox()   # the one sandbox every call of this submission must run in
         try:
             try:
@@ -118,7 +118,7 @@ class Grader:
                 answers = StudentProcess(self.worker, load_program(self.course.source_notebook(assignment, notebook),
                                                                    None, instructor).cells,
                                          assignment.limits, assignment.kernels,
-                                         self.course.uses_compiler_stack(assignment), files)
+                                         self.course.uses_dynamo(assignment), files)
                 answers.start()
                 return as_student(answers)
             student = as_student(process)
@@ -182,7 +182,7 @@ def open_grader(course, body, assignments=None, started=None):
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
     variants = Variants.of(course)
     variants.require_keys(chosen)   # no secret, no grading of a notebook with variants: said before any work
-    with Worker(course.limits, warm=course.uses_compiler_stack(*chosen), kernels=course.kernel_kind(*chosen)) as worker:
+    with Worker(course.limits, warm=course.uses_dynamo(*chosen), kernels=course.kernel_kind(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
         return with_suites(exercises, lambda suites: body(Grader(course, worker, suites, variants)))

@@ -12,7 +12,7 @@ imported again in each sandbox's worker.  The service pays them once and keeps t
                                                  client's terminal, taking over the spare sandboxes
                                                  it needs (the service's SandboxPool, handed over
                                                  whole); once it ends, those it took are stopped and
-                                                 new ones started (warmed up for torch's compiler
+                                                 new ones started (warmed up for torch's dynamo
                                                  stack as that run wanted them)
       Ctrl-C goes on to the child             <- the child's exit code
 
@@ -175,10 +175,10 @@ class Service:
         self.started_with = dict(os.environ)  # as it was before the grader's imports set anything
         self.environment = read_at_start(self.started_with)
         self.sandboxed = course.limits.sandboxed
-        # Spares warm up torch's compiler stack (1 to 2 s of a core each) when grading needs it: at first
+        # Spares warm up torch's dynamo stack (1 to 2 s of a core each) when grading needs it: at first
         # if any assignment does; after a run, as that run did (the next is most often the same
         # assignment again; one that needs it and finds a cold spare warms it as it takes it).
-        self.warm = course.uses_compiler_stack(*course.assignments)
+        self.warm = course.uses_dynamo(*course.assignments)
         # Spares prepare the course's kernels (Triton: a few tenths of a second in a worker that has torch) at
         # their start: a run of a kernel assignment would otherwise pay it at its first fork, in every grading process.
         self.kernels = course.kernel_kind(*course.assignments)

@@ -86,7 +86,7 @@ def test_the_service_grades_what_grade_class_grades_on_its_own(service, tmp_path
 
 
 def test_spares_are_warmed_as_the_last_run_wanted_them(service, tmp_path):
-    """Spares warm up torch's compiler stack only when the run before needed it (an assignment that
+    """Spares warm up torch's dynamo stack only when the run before needed it (an assignment that
     counts work or trains): a run of scaled_attention leaves cold spares, one of heads_at_work warm
     ones, and each grades as the sample class says."""
     course, process = service

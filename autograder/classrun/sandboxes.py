@@ -40,7 +40,7 @@ class SandboxPool:
         """A sandbox for grading the course's given assignments (of their ids): sandboxed as course.yml says,
         warm and with kernels prepared as they need."""
         chosen = [course.assignment(assignment) for assignment in assignments]
-        return self.take(course.limits.sandboxed, course.uses_compiler_stack(*chosen), course.kernel_kind(*chosen))
+        return self.take(course.limits.sandboxed, course.uses_dynamo(*chosen), course.kernel_kind(*chosen))
 
     def hand_over(self):
         """All of this pool's spares, as a pool of their own for one run to take from; this one is left empty."""

@@ -154,7 +154,7 @@ class Pool:
     def __init__(self, course, assignments, jobs, capacity, usage):
         self.course, self.assignments, self.jobs = course, list(assignments), jobs
         chosen = [course.assignment(assignment) for assignment in self.assignments]
-        self.warm, self.kernels = course.uses_compiler_stack(*chosen), course.kernel_kind(*chosen)
+        self.warm, self.kernels = course.uses_dynamo(*chosen), course.kernel_kind(*chosen)
         self.usage = usage   # each student's grading seconds: spent(student), and spend(job) as each check ends
         self.queue = FairQueue(capacity, usage.spent)
         self.context = multiprocessing.get_context("fork")

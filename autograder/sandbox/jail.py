@@ -241,7 +241,7 @@ class Started:
     classrun.sandboxes.SandboxPool)."""
 
     def __init__(self, sandboxed, warm=False, kernels=""):
-        """warm: the worker imports torch's compiler stack once it is ready (worker.warm_compiler);
+        """warm: the worker imports torch's dynamo stack once it is ready (worker.warm_dynamo);
         kernels: it prepares what the kernels of that kind need (course.yml's `kernels`: Triton, its
         interpreter and compiler, worker.prepare_kernels); both while the grader is still busy with
         its own start, instead of at the first child's fork."""
@@ -261,10 +261,10 @@ class Started:
         self.starter = os.getpid()
         self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
 
-    def _warm(self, compiler, kernels):
+    def _warm(self, dynamo, kernels):
         """Tell the worker what to prepare (read once it is ready; it sends no answer)."""
-        if compiler or kernels:
-            self.control.send(json.dumps({"op": "warm", "compiler": bool(compiler), "kernels": kernels}).encode())
+        if dynamo or kernels:
+            self.control.send(json.dumps({"op": "warm", "dynamo": bool(dynamo), "kernels": kernels}).encode())
 
     def prepare(self, warm=False, kernels=""):
         """Taken over by grading that wants it warm, or with kernels of a kind: told what it lacks of that."""

@@ -78,7 +78,7 @@ class Worker:
 
     def __init__(self, limits, warm=False, kernels=""):
         self.limits = limits
-        self.warm = warm               # its children use torch's compiler stack (jail.Started)
+        self.warm = warm               # its children use torch's dynamo stack (jail.Started)
         self.kernels = kernels         # ... and kernels of this kind (course.yml's `kernels`), prepared at its start
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.ready = False
@@ -175,7 +175,7 @@ class Worker:
     def fork(self, memory_mb, kernels="", warm=False):
         """A fresh child for one submission; returns (pid, request fd, reply fd).  kernels: what the
         assignment's kernels need imported first (course.yml's `kernels`, e.g. "triton"); warm: the
-        child will use torch's compiler stack, which the worker then imports first (once)."""
+        child will use torch's dynamo stack, which the worker then imports first (once)."""
         requests_read, requests_write = os.pipe()
         replies_read, replies_write = os.pipe()
         order = {"op": "fork", "memory_mb": memory_mb}
@@ -257,7 +257,7 @@ class StudentProcess:
         # those it started with are still seen at the call's start and end; and the GPU memory of a
         # child is waited for after it ends.
         self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"
-        # Whether the worker should import torch's compiler stack before the child is forked: the
+        # Whether the worker should import torch's dynamo stack before the child is forked: the
         # assignment's tests count work (warm), or the code names an optimiser.  Only a hint: a child
         # whose code hides its optimiser imports the stack itself, in its own time.
         self.warm = warm or any("optim" in cell.source for cell in self.cells)

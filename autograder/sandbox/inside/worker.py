@@ -36,7 +36,7 @@ ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no child may read
 
 os.environ["MPLBACKEND"] = "Agg"
 sys.dont_write_bytecode = True
-# torch imports Triton wherever it is installed (torch.optim does, for its compiler), at every worker's
+# torch imports Triton wherever it is installed (torch.optim does, for torch.compile), at every worker's
 # start, though only an assignment with kernels needs it: hidden from torch while it loads and warms
 # up, Triton is imported by kernels.py when such an assignment's first submission is forked.
 sys.modules["triton"] = None
@@ -153,7 +153,7 @@ def wipe_scratch():
 
 @contextlib.contextmanager
 def _triton_hidden():
-    """torch.optim imports Triton for its compiler where Triton is installed: hidden from it, unless
+    """torch.optim imports Triton for torch.compile where Triton is installed: hidden from it, unless
     an assignment's kernels have imported it already."""
     if "triton" in sys.modules:
         yield
@@ -166,8 +166,8 @@ def _triton_hidden():
 
 
 @functools.lru_cache(maxsize=None)
-def warm_compiler():
-    """Import torch's compiler stack, as an optimiser's first construction and a counted call's
+def warm_dynamo():
+    """Import torch's dynamo stack (torch._dynamo, torch.compile's front end), as an optimiser's first construction and a counted call's
     dispatch mode do (about a second): once, when the grader says its children will need it (a
     submission that trains, an assignment whose hidden tests count work), not at every worker's
     start.  Nothing that fails here is the grader's concern: a child that needs it imports it itself."""
@@ -211,12 +211,12 @@ def fresh_child(control, pipes, memory_mb):
                               *(str(fd) for fd in pipes), str(memory_mb)])
 
 
-def warm(compiler, kernels):
-    """Prepare what children will need: torch's compiler stack, the kernels of a kind.  Returns the
+def warm(dynamo, kernels):
+    """Prepare what children will need: torch's dynamo stack, the kernels of a kind.  Returns the
     kernels' problem (a line for the instructor) or ""; prepare_kernels keeps it, so a "warm" order,
     which nobody answers, leaves it to the first fork that needs the kernels."""
-    if compiler:
-        warm_compiler()
+    if dynamo:
+        warm_dynamo()
     return prepare_kernels(kernels)
 
 
@@ -232,7 +232,7 @@ def zygote(control):
         if not data:
             return
         order = json.loads(data)
-        warm(order.get("compiler"), order.get("kernels"))
+        warm(order.get("dynamo"), order.get("kernels"))
     control.send(b'{"ready": true}')
     alive = set()
     while True:
@@ -244,7 +244,7 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "warm":      # to a spare taken by a run, answered by nothing: the grader goes on
-            warm(order.get("compiler"), order.get("kernels"))
+            warm(order.get("dynamo"), order.get("kernels"))
         elif order["op"] == "fork":
             problem = warm(order.get("warm"), order.get("kernels"))
             if problem:
@@ -282,7 +282,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "--child":   # fresh_child: one submission's child, on the CUDA device
         requests, replies, memory = (int(arg) for arg in sys.argv[2:5])
         prepare_kernels("triton")     # what it could not do, opening the device says (child)
-        warm_compiler()               # its calls are counted (a fresh child has none of the zygote's warm-up)
+        warm_dynamo()                 # its calls are counted (a fresh child has none of the zygote's warm-up)
         child(None, (requests, replies), memory, True)
     zygote(socket.socket(fileno=int(sys.argv[1])))
     os._exit(0)   # the grader is gone: nothing of this process needs tearing down (a second of CPU)
