@@ -1,7 +1,8 @@
 """The course's hub for the browser test: `python -m autograder.hub`'s own pieces (prepare.py, its
 jupyterhub_config.py, the pinned proxy), started on loopback on free ports in a folder of its own, and
 stopped with everything it started: the hub, its proxy, the check service, every user's server and
-kernel, the accounts it made (with the folders it opened closed again)."""
+kernel, the accounts it made (with the folders it opened closed again, and the checkout's entries it
+closed to other accounts opened again)."""
 
 import os
 import pwd

@@ -19,8 +19,13 @@ test's tmp folder and in hub-artifacts/.
 
 import csv
 import json
+import os
+import pwd
 import re
 import shutil
+import stat
+import subprocess
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -420,3 +425,126 @@ def test_a_fetch_without_its_variant_fails_in_one_line_and_leaves_nothing(answer
     assert failed is not None and len(lines) == 1 and "\n" not in lines[0], lines
     assert lines[0].startswith(f"{ASSIGNMENT} was not fetched: " + said.format(url=url)), lines[0]
     assert not folder.exists()
+
+
+# -- what other accounts reach: the checkout, the exchange ------------------------------------------
+
+@pytest.mark.slow   # the hub's own accounts and checkout (its fixture); no browser
+def test_a_students_account_reaches_nothing_of_the_graders_checkout_but_what_their_server_runs(hub):
+    """As ada's system account, as her server runs: the hidden suites, the solutions, the catalogue of
+    mistakes, the sample class, the checkout's listing are refused; her Python imports the fetch and
+    check() from the student-lib and nothing of the grader; the instructor still reads the course."""
+    from autograder.course import CourseError
+
+    secrets = [("head", "-c1", ROOT / "autograder" / "suites" / "test_softmax.py"),
+               ("head", "-c1", ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"),
+               ("head", "-c1", ROOT / "tests" / "catalogue" / "numpy_attention.py"),
+               ("ls", ROOT / "sample_class"), ("head", "-c1", ROOT / ".git" / "HEAD"), ("ls", ROOT)]
+    for *command, secret in secrets:
+        with pytest.raises(CourseError) as refused:
+            as_user(hub.term, ADA, *command, secret)
+        assert f"'{secret}'" in str(refused.value) and str(refused.value).endswith(": Permission denied"), refused.value
+    for *command, secret in secrets:   # the instructor's server, formgrader and the check service read them
+        assert as_user(hub.term, TEACHER, *command, secret)
+    lib = hub.term.student_lib
+    imports = "import check, autograder.hub.exchange as fetch; print(check.__file__, fetch.__file__)"
+    assert as_user(hub.term, ADA, VENV_BIN / "python", "-c", imports).split() == [
+        str(lib / "check.py"), str(lib / "autograder" / "hub" / "exchange.py")]
+    with pytest.raises(CourseError, match="No module named 'autograder.grading'"):
+        as_user(hub.term, ADA, VENV_BIN / "python", "-c", "import autograder.grading")
+    course = hub.term.exchange / "attention"   # the exchange's course folder: the instructor's since prepare
+    teacher = pwd.getpwnam(TEACHER).pw_uid
+    assert [(course / name).stat().st_uid for name in ("", "inbound", "outbound", "feedback")] == [teacher] * 4
+
+
+@pytest.fixture
+def reachable():
+    """A folder other accounts can reach (pytest's tmp_path is root's, 700)."""
+    folder = Path(tempfile.mkdtemp(prefix="attention-hub-scratch-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def modes(*paths):
+    return [(oct(stat.S_IMODE(os.lstat(path).st_mode)), os.lstat(path).st_uid, os.lstat(path).st_gid)
+            for path in paths]
+
+
+def as_account(uid, gid, *command):
+    """`command` as the account uid:gid (its groups: gid alone): its exit status and error output."""
+    done = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *map(str, command)],
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr.strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hub's prepare runs as root (groups, owners, other accounts)")
+def test_a_closed_checkout_lets_others_run_its_venv_alone_and_undo_opens_it_again(reachable):
+    """close_the_checkout on a checkout of a few entries, daemon its instructor: nobody (any other account)
+    runs what .venv holds and reaches nothing else; daemon's group reads the course; undo restores all."""
+    from autograder.hub.prepare import Term as HubTerm, close_the_checkout, undo
+
+    checkout = reachable / "checkout"
+    for name in ("autograder/suites/test_softmax.py", "solutions/a/a.ipynb", ".venv/bin/python", "course.yml"):
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text("secret\n")
+        (checkout / name).chmod(0o644)
+    (checkout / "solutions").chmod(0o775)   # group-writable: the instructor's group gets no write
+    entries = [checkout, *sorted(checkout.iterdir())]
+    before = modes(*entries)
+    term = HubTerm(state=str(reachable / "term"), instructor="daemon")
+    close_the_checkout(term, checkout)
+    close_the_checkout(term, checkout)   # a second prepare: undo still restores the first state
+    assert dict(zip([e.name for e in entries], modes(*entries))) == {
+        "checkout": ("0o751", 0, 1), ".venv": ("0o755", 0, 0), "autograder": ("0o750", 0, 1),
+        "course.yml": ("0o640", 0, 1), "solutions": ("0o750", 0, 1)}
+    assert as_account(65534, 65534, "cat", checkout / ".venv" / "bin" / "python") == (0, "")
+    for secret in ("autograder/suites/test_softmax.py", "solutions/a/a.ipynb", "course.yml"):
+        assert as_account(65534, 65534, "cat", checkout / secret) == (
+            1, f"cat: {checkout / secret}: Permission denied")
+        assert as_account(1, 1, "cat", checkout / secret) == (0, "")
+    assert as_account(65534, 65534, "ls", checkout)[0] != 0 and as_account(1, 1, "ls", checkout)[0] == 0
+    undo(term)
+    assert modes(*entries) == before and term.closed == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hub's prepare runs as root (owners of the exchange's folders)")
+def test_the_exchange_holds_the_courses_folders_as_the_instructors_with_nbgraders_modes(reachable):
+    from autograder.hub.prepare import Term as HubTerm, make_exchange
+
+    term = HubTerm(state=str(reachable / "term"), instructor="daemon")
+    make_exchange(term)
+    make_exchange(term)   # a second prepare reuses them
+    course = term.exchange / "attention"
+    assert modes(term.exchange, course, course / "outbound", course / "inbound", course / "feedback") == [
+        ("0o1777", 0, 0), ("0o755", 1, 1), ("0o755", 1, 1), ("0o2733", 1, 1), ("0o711", 1, 1)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hub's prepare runs as root (owners of the exchange's folders)")
+@pytest.mark.parametrize("planted", ["the course's folder", "a link", "its inbound"])
+def test_a_course_folder_another_account_made_first_stops_the_hub_in_one_line(reachable, planted):
+    """Before the instructor's first release, another account (uid 4242) made the course's folder in the
+    exchange (or a link to its own, or inbound in it): nbgrader would refuse the instructor's release and
+    serve what it planted. prepare refuses in one line, and the exchange stays closed to others."""
+    from autograder.course import CourseError
+    from autograder.hub.prepare import Term as HubTerm, make_exchange
+
+    term = HubTerm(state=str(reachable / "term"), instructor="daemon")
+    course = term.exchange / "attention"
+    term.exchange.mkdir(parents=True)
+    term.exchange.chmod(0o1777)
+    owned = {"the course's folder": course, "a link": course, "its inbound": course / "inbound"}[planted]
+    if planted == "a link":
+        (reachable / "theirs").mkdir()
+        course.symlink_to(reachable / "theirs")
+    else:
+        (owned / "outbound" / ASSIGNMENT).mkdir(parents=True)
+        if planted == "its inbound":
+            os.chown(course, 1, 1)
+    os.chown(owned, 4242, 4242, follow_symlinks=False)
+    with pytest.raises(CourseError) as refused:
+        make_exchange(term)
+    assert str(refused.value) == (f"{owned} is uid 4242's, not a folder of the instructor daemon's: made before "
+                                  "the course's first release, it would hold the course's releases; remove it, "
+                                  "then start the hub again")
+    assert modes(term.exchange)[0][0] == "0o755"

@@ -3,7 +3,10 @@
     prepare.py             the term's folder: the instructor's and the students' system accounts from a
                            roster, the instructor's copy of the course (its dates, the gradebook's due
                            date, the variant secret and the roster recorded), nbgrader's exchange (root's,
-                           sticky, world-writable) and the students' and instructor's Jupyter configuration
+                           sticky, world-writable; the course's folder in it the instructor's), the students'
+                           and instructor's Jupyter configuration, the student-lib (all of the course a
+                           student's server imports) and the checkout closed to every other account but
+                           its .venv
     jupyterhub_config.py   the hub itself, read by `jupyterhub -f` (the settings prepare.py wrote)
     exchange.py            nbgrader's fetch, then the student's variant.json from the hub's `checks`
                            service: it runs in the student's own server, as the student

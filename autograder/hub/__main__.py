@@ -39,17 +39,18 @@ def main(argv=None):
     try:
         if args.undo:
             term = Term.load(args.state)
-            removed, opened = list(term.created), [place for place, _ in term.opened]
+            removed, opened, closed = list(term.created), [place for place, _ in term.opened], len(term.closed)
             undo(term)
             term.save()
             print(f"removed {len(removed)} account(s): {', '.join(removed) or 'none'}; closed again: "
-                  f"{', '.join(opened) or 'nothing'}")
+                  f"{', '.join(opened) or 'nothing'}; opened again: {closed} entries of the checkout")
             return 0
         term = Term(state=str(Path(args.state).resolve()), roster=args.roster, instructor=args.instructor,
                     assignment=args.assignment, due=args.due, port=args.port, password=args.password)
         previous = Path(args.state) / "hub" / "hub.json"
         if previous.exists():
-            term.created, term.opened = Term.load(args.state).created, Term.load(args.state).opened
+            before = Term.load(args.state)   # what it made, opened and closed: `undo` restores the first state
+            term.created, term.opened, term.closed = before.created, before.opened, before.closed
         prepare(term)
         if args.release:
             release(term)

@@ -4,7 +4,7 @@ import os
 import sys
 
 from autograder.course import ROOT
-from autograder.hub.prepare import PROXY, VENV_BIN, Term
+from autograder.hub.prepare import PROXY, VENV_BIN, Term, environment
 
 c = get_config()  # noqa: F821 (provided by jupyterhub)
 term = Term.load(os.environ["COURSE_HUB_STATE"])
@@ -42,14 +42,9 @@ c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "access:services!
 
 def pre_spawn(spawner):
     """The instructor's server opens in the course folder (formgrader's root); a student's in their home."""
-    role = "instructor" if spawner.user.name == term.instructor else "student"
-    spawner.environment.update({
-        "PATH": f"{VENV_BIN}:/usr/bin:/bin",
-        # the course's code (nbgrader's hooks, the fetch) and the kit's check.py (`from check import check`)
-        "PYTHONPATH": f"{ROOT}:{ROOT / 'autograder' / 'kit'}",
-        "JUPYTER_CONFIG_PATH": str(term.config_dir(role)),
-        "MPLBACKEND": "Agg",
-    })
+    # the course's Python; on PYTHONPATH the checkout for the instructor (nbgrader's hooks, the grader),
+    # the student-lib alone for a student (the fetch, check.py): their account reaches no more of it
+    spawner.environment.update(environment(term, spawner.user.name))
     spawner.notebook_dir = str(term.home(spawner.user.name))
 
 

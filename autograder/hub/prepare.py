@@ -3,7 +3,11 @@ what the first made).
 
     <state>/hub/          root's (700): hub.json (what jupyterhub_config.py reads), the hub's database,
                           cookie secret and proxy pid, the accounts this folder created
-    <state>/exchange/     nbgrader's exchange: root's, sticky and world-writable (1777), as nbgrader asks
+    <state>/exchange/     nbgrader's exchange: root's, sticky and world-writable (1777), as nbgrader asks;
+                          the course's folder in it (inbound, outbound, feedback) the instructor's, made
+                          here before the exchange opens to everyone
+    <state>/student-lib/  root's, readable by all: the only code of the course on a student's PYTHONPATH,
+                          copies of what their server imports (nbgrader's fetch with variants, check.py)
     <state>/jupyter/<role>/  the Jupyter configuration of the students' and the instructor's servers
                           (JUPYTER_CONFIG_PATH): the course id, the exchange, the fetch with variants
     <state>/home/<user>/  each account's home; the instructor's holds the course: attention/
@@ -13,6 +17,11 @@ dates of the assignment (its due date also in nbgrader's gradebook), solutions/ 
 repository's), nbgrader_config.py (the course's, pointed at this exchange), the variant secret beside it
 (outside the course folder) and the roster recorded by `variants`, so each student's numbers and the
 grading agree on who is who.
+
+Deny by default: the checkout holds what no student may read (the hidden suites, the solutions, the
+catalogue of mistakes, grading outputs), and every account runs its servers from the checkout's .venv.
+So the checkout's root lets others enter it (o+x) but not list it, each of its entries but .venv is
+closed to other accounts, and both are given to the instructor's group (close_the_checkout; `undo` restores them).
 """
 
 import csv
@@ -40,6 +49,14 @@ DEMO_PASSWORD = "attention-demo"   # the demo's shared password (make hub PASSWO
 DEMO_ROSTER = [("alice", "Liddell, Alice", "alice@example.org"), ("bob", "Builder, Bob", "bob@example.org")]
 ACCOUNT_COMMENT = "attention course hub"   # the comment (GECOS) of the accounts prepare makes
 LATE_POLICY = {"percent_per_day": 10, "grace_minutes": 0, "max_percent": 50}   # the demo term's
+# What a student's server imports of the course, at the same import names: nbgrader's fetch with variants
+# (c.ExchangeFactory.fetch_assignment) and the kit's check.py (`from check import check`); neither
+# imports anything else of the grader's.
+STUDENT_LIB = {"autograder/hub/exchange.py": Path(__file__).resolve().parent / "exchange.py",
+               "check.py": ROOT / "autograder" / "kit" / "check.py"}
+# The course's folders in the exchange, with the modes nbgrader's release_assignment and release_feedback
+# give them: the instructor's, entered by all, inbound writable by all but listed by none (setgid).
+EXCHANGE_FOLDERS = {".": 0o755, "outbound": 0o755, "inbound": 0o2733, "feedback": 0o711}
 
 
 def free_port():
@@ -65,6 +82,7 @@ class Term:
     students: list = field(default_factory=list)
     created: list = field(default_factory=list)   # accounts this folder created (undo removes them)
     opened: list = field(default_factory=list)    # [folder, its mode] given o+x here (undo restores them)
+    closed: list = field(default_factory=list)    # [entry, its mode, its group] of the checkout closed here
 
     @property
     def folder(self):
@@ -84,6 +102,10 @@ class Term:
     @property
     def exchange(self):
         return self.folder / "exchange"
+
+    @property
+    def student_lib(self):
+        return self.folder / "student-lib"
 
     def config_dir(self, role):
         return self.folder / "jupyter" / role
@@ -133,6 +155,48 @@ def open_the_way(term):
             place.chmod(mode | stat.S_IXOTH)
 
 
+def close_the_checkout(term, checkout=ROOT):
+    """Deny by default: other accounts may enter the checkout (its .venv runs every server) but not list
+    it, and reach none of its entries but .venv (the hidden suites, solutions/, tests/, grading outputs,
+    .git). The checkout and each entry go to the instructor's group, group write off, so their server,
+    formgrader and the check service still read the course (Python lists the checkout to import from it). Modes and groups as they were are kept for `undo` (once:
+    a second prepare keeps the first's). Entries made later are not closed; links are left alone."""
+    group = pwd.getpwnam(term.instructor).pw_gid
+    recorded = {place for place, _, _ in term.closed}
+
+    def close(place, mode, gid):
+        info = os.lstat(place)
+        if str(place) not in recorded:
+            term.closed.append([str(place), stat.S_IMODE(info.st_mode), info.st_gid])
+        os.chown(place, -1, gid)
+        place.chmod(mode(stat.S_IMODE(info.st_mode)))
+
+    close(checkout, lambda mode: mode & ~0o026 | stat.S_IXOTH, group)
+    for entry in sorted(checkout.iterdir()):
+        if entry.name != ".venv" and not entry.is_symlink():
+            close(entry, lambda mode: mode & ~0o027, group)
+
+
+def write_student_lib(term):
+    """The student-lib, afresh: copies of STUDENT_LIB's files, root's and readable by all."""
+    shutil.rmtree(term.student_lib, ignore_errors=True)
+    for name, source in STUDENT_LIB.items():
+        (term.student_lib / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, term.student_lib / name)
+    for path in [term.student_lib, *term.student_lib.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def environment(term, user):
+    """What the course sets in a user's processes (the hub's pre_spawn, as_user): the course's Python;
+    on PYTHONPATH the checkout and its kit for the instructor, the student-lib alone for a student."""
+    instructor = user == term.instructor
+    return {"PATH": f"{VENV_BIN}:/usr/bin:/bin",
+            "PYTHONPATH": f"{ROOT}:{ROOT / 'autograder' / 'kit'}" if instructor else str(term.student_lib),
+            "JUPYTER_CONFIG_PATH": str(term.config_dir("instructor" if instructor else "student")),
+            "MPLBACKEND": "Agg"}
+
+
 # -- accounts ------------------------------------------------------------------------------------
 
 def ensure_account(term, user):
@@ -157,20 +221,22 @@ def ensure_account(term, user):
 
 def undo(term):
     """Remove the accounts this term's folder created (their homes stay in the folder) and close again
-    the folders it opened."""
+    the folders it opened, and open again the checkout's entries it closed."""
     for user in term.created:
         subprocess.run(["userdel", user], capture_output=True, text=True, timeout=60)
+    for place, mode, gid in reversed(term.closed):
+        if os.path.lexists(place):
+            os.chown(place, -1, gid)
+            Path(place).chmod(mode)
     for place, mode in reversed(term.opened):
         Path(place).chmod(mode)
-    term.created, term.opened = [], []
+    term.created, term.opened, term.closed = [], [], []
 
 
 def as_user(term, user, *command, cwd=None):
     """Run `command` as `user` with the course's Python, as the hub would start it; its output on failure."""
     account = pwd.getpwnam(user)
-    env = {"HOME": account.pw_dir, "USER": user, "PATH": f"{VENV_BIN}:/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-           "JUPYTER_CONFIG_PATH": str(term.config_dir("instructor" if user == term.instructor else "student")),
-           "LANG": "C.UTF-8"}
+    env = {"HOME": account.pw_dir, "USER": user, "LANG": "C.UTF-8", **environment(term, user)}
     done = subprocess.run(["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--init-groups",
                            "env", "-i", *[f"{k}={v}" for k, v in env.items()], *map(str, command)],
                           cwd=cwd or account.pw_dir, capture_output=True, text=True, timeout=300)
@@ -267,9 +333,34 @@ def write_student_config(term):
 
 
 def make_exchange(term):
+    """nbgrader's exchange, root's, and the course's folders in it the instructor's (EXCHANGE_FOLDERS),
+    made while the exchange is closed to others; then it opens to all (1777). CourseError (one line)
+    where one of them exists and is not the instructor's folder: an account that makes the course's
+    folder first holds the course's releases (nbgrader refuses the instructor's) and plants notebooks."""
+    owner = pwd.getpwnam(term.instructor)
     term.exchange.mkdir(parents=True, exist_ok=True)
     os.chown(term.exchange, 0, 0)
+    term.exchange.chmod(0o755)
+    course = term.exchange / course_id()
+    for name, mode in EXCHANGE_FOLDERS.items():
+        place = course / name
+        if not os.path.lexists(place):
+            place.mkdir()
+            os.chown(place, owner.pw_uid, owner.pw_gid)
+        found = os.lstat(place)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != owner.pw_uid:
+            raise CourseError(f"{os.path.normpath(place)} is {account_name(found.st_uid)}'s, not a folder of the "
+                              f"instructor {term.instructor}'s: made before the course's first release, it would "
+                              "hold the course's releases; remove it, then start the hub again")
+        place.chmod(mode)
     term.exchange.chmod(0o1777)
+
+
+def account_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def prepare(term):
@@ -291,9 +382,11 @@ def prepare(term):
     for user in (term.instructor, *term.students):
         if ensure_account(term, user) and user not in term.created:
             term.created.append(user)
+    close_the_checkout(term)
     term.save()
     make_exchange(term)
     write_course(term)
+    write_student_lib(term)
     write_student_config(term)
     set_due(term, term.due)
     as_user(term, term.instructor, VENV_BIN / "python", "-m", "autograder", "--course", term.course / "course.yml",
