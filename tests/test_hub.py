@@ -508,6 +508,27 @@ def test_a_closed_checkout_lets_others_run_its_venv_alone_and_undo_opens_it_agai
     assert modes(*entries) == before and term.closed == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hub's prepare runs as root (groups, owners, other accounts)")
+def test_an_instructors_group_that_holds_another_account_leaves_the_checkout_as_it_was(reachable, monkeypatch):
+    """The checkout goes to the instructor's group: where a student is in it too (a group `users` of all),
+    prepare refuses in one line before changing anything."""
+    import grp
+
+    from autograder.course import CourseError
+    from autograder.hub.prepare import Term as HubTerm, close_the_checkout
+
+    checkout = reachable / "checkout"
+    (checkout / "solutions").mkdir(parents=True)
+    before = modes(checkout, checkout / "solutions")
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: grp.struct_group(("daemon", "x", gid, ["daemon", "ada"])))
+    term = HubTerm(state=str(reachable / "term"), instructor="daemon")
+    with pytest.raises(CourseError) as refused:
+        close_the_checkout(term, checkout)
+    assert str(refused.value) == ("the instructor daemon's group daemon also holds ada, and the checkout is given "
+                                  "to it: give the instructor a group of their own")
+    assert modes(checkout, checkout / "solutions") == before and term.closed == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a hub's prepare runs as root (owners of the exchange's folders)")
 def test_the_exchange_holds_the_courses_folders_as_the_instructors_with_nbgraders_modes(reachable):
     from autograder.hub.prepare import Term as HubTerm, make_exchange

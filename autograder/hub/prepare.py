@@ -25,6 +25,7 @@ closed to other accounts, and both are given to the instructor's group (close_th
 """
 
 import csv
+import grp
 import json
 import os
 import pwd
@@ -160,8 +161,15 @@ def close_the_checkout(term, checkout=ROOT):
     it, and reach none of its entries but .venv (the hidden suites, solutions/, tests/, grading outputs,
     .git). The checkout and each entry go to the instructor's group, group write off, so their server,
     formgrader and the check service still read the course (Python lists the checkout to import from it). Modes and groups as they were are kept for `undo` (once:
-    a second prepare keeps the first's). Entries made later are not closed; links are left alone."""
+    a second prepare keeps the first's). Entries made later are not closed; links are left alone.
+    CourseError (one line) where another account is in that group: it would read the course too."""
     group = pwd.getpwnam(term.instructor).pw_gid
+    sharing = sorted({*grp.getgrgid(group).gr_mem, *(account.pw_name for account in pwd.getpwall()
+                                                     if account.pw_gid == group)} - {term.instructor})
+    if sharing:
+        raise CourseError(f"the instructor {term.instructor}'s group {grp.getgrgid(group).gr_name} also holds "
+                          f"{', '.join(sharing)}, and the checkout is given to it: give the instructor a group of "
+                          "their own")
     recorded = {place for place, _, _ in term.closed}
 
     def close(place, mode, gid):
