@@ -32,6 +32,7 @@ class Limits:
 
 
 CHECK_SHOWS = ("causes", "tests", "total")   # how much a check answers: see CheckPolicy
+HUB_NAMES = ("student", "sis_user_id", "email")   # the roster's columns a hub's user names may be matched to
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class CheckServer:
     key: str = ""
     queue: int = 256
     max_mb: int = 16                # the largest notebook a check takes (413 beyond)
+    connections: int = 1024         # connections open at once; one more is closed at once
+    timeout: float = 60.0           # seconds a request's headers, and then its body, may take to arrive
+    hub_names: str = "student"      # on a hub: the roster's column a hub user's name must equal (HUB_NAMES)
 
     @property
     def address(self):
@@ -381,6 +385,11 @@ def _check_server(raw):
         raise CourseError(f"checks: server: {error}") from None
     if bool(server.certificate) != bool(server.key):
         raise CourseError("checks: server needs both certificate and key for TLS, or neither")
+    if server.hub_names not in HUB_NAMES:
+        raise CourseError(f"checks: server: hub_names must be one of {', '.join(HUB_NAMES)} (the roster's column "
+                          f"a hub user's name is), not {server.hub_names!r}")
+    if server.connections < 1 or not 0 < server.timeout < float("inf"):
+        raise CourseError("checks: server: connections must be 1 or more, and timeout a number of seconds above 0")
     return server
 
 

@@ -8,10 +8,15 @@ numbers) and the time of the check (what the feedback policy shows): exactly wha
 
 Checks wait in a FairQueue: one line per student, each at most PER_STUDENT long and the whole at most
 the server's `queue`; a free grading process takes the next check of the waiting student whose checks
-took the fewest grading seconds in the last hour (the server's count: server.LastHour), so a student
+took the fewest grading seconds in the last hour (the server's count: server.Usage), so a student
 whose checks cost much waits behind those who used little, and a student's flood costs that student.
 A grading process that dies, or holds a check past its assignment's time budget and a margin, is
 replaced (a new sandbox, a new fork) and the check it held is answered as a fault of the grader.
+
+The pool tells the server's count of each student's checks (server.Usage) of every check's life: start(job)
+once it is queued, spend(job) once the pool lets go of it (answered, failed, replaced, or dropped from the
+queue because its student left), so that a check counts from the moment it is admitted until its grading
+process is free, whatever its client does.
 """
 
 import asyncio
@@ -35,7 +40,14 @@ log = logging.getLogger("autograder")
 
 PER_STUDENT = 2        # checks one student may have waiting (check() waits for each answer)
 HUNG_MARGIN = 60.0     # seconds past the assignment's time budget after which a grading process is replaced
+WATCH_EVERY = 5.0      # seconds between two looks for a grading process held too long (Pool.watch)
 START_WAIT = 120.0     # seconds a grading process waits for its sandbox before saying it is ready anyway
+
+
+def most_seconds(assignment):
+    """The most seconds a check of `assignment` can hold a grading process: its time budget, the margin after
+    which the process is replaced, and the time until the watch sees it (what a check in flight is charged)."""
+    return assignment.limits.time_budget + HUNG_MARGIN + WATCH_EVERY
 
 
 class Full(Exception):
@@ -88,6 +100,16 @@ class FairQueue:
             del self.lines[student]
         self.grading[student] += 1
         return job
+
+    def remove(self, job):
+        """Take a waiting check out of its line (its client left); False where it is not waiting."""
+        line = self.lines.get(job.student)
+        if line is None or job not in line:
+            return False
+        line.remove(job)
+        if not line:
+            del self.lines[job.student]
+        return True
 
     def finished(self, job):
         """A check taken from the queue left its grading process (answered, failed, or its client gone)."""
@@ -155,7 +177,7 @@ class Pool:
         self.course, self.assignments, self.jobs = course, list(assignments), jobs
         chosen = [course.assignment(assignment) for assignment in self.assignments]
         self.warm, self.kernels = course.uses_dynamo(*chosen), course.kernel_kind(*chosen)
-        self.usage = usage   # each student's grading seconds: spent(student), and spend(job) as each check ends
+        self.usage = usage   # server.Usage: spent(student), start(job) as a check is queued, spend(job) as it ends
         self.queue = FairQueue(capacity, usage.spent)
         self.context = multiprocessing.get_context("fork")
         self.slots = []
@@ -182,8 +204,19 @@ class Pool:
     def submit(self, job):
         job.future = asyncio.get_running_loop().create_future()
         self.queue.put(job)   # Full goes to the caller
+        self.usage.start(job)
         self._dispatch()
         return job.future
+
+    def withdraw(self, job):
+        """A check whose client left: out of the queue at once where it waits (it took no seconds), its answer
+        no longer awaited where it grades (its grading process goes on, and its seconds count)."""
+        if job.future is None or job.future.done():
+            return
+        job.future.cancel()
+        if self.queue.remove(job):
+            job.seconds = 0.0
+            self.usage.spend(job)
 
     def retry_after(self):
         """Seconds after which a refused check may find room: a check's grading time over the grading processes
@@ -195,8 +228,10 @@ class Pool:
         for slot in list(self.slots):
             while slot.ready and slot.job is None and self.queue.lines:
                 job = self.queue.take()
-                if job.future.done():   # its client left
+                if job.future.done():   # answered already: nothing waits for it
                     self.queue.finished(job)
+                    job.seconds = 0.0
+                    self.usage.spend(job)
                     continue
                 slot.job, slot.since = job, time.monotonic()
                 try:
@@ -227,7 +262,7 @@ class Pool:
     def watch(self):
         """Replace a grading process that holds a check past its time budget and a margin (called now and then)."""
         for slot in list(self.slots):
-            if slot.job is not None and time.monotonic() - slot.since > slot.job.assignment.limits.time_budget + HUNG_MARGIN:
+            if slot.job is not None and time.monotonic() - slot.since > most_seconds(slot.job.assignment) - WATCH_EVERY:
                 self._replace(slot, "its grading process did not answer in time")
 
     def _finish(self, slot):
@@ -261,5 +296,5 @@ class Pool:
             self._stop(slot)
         self.slots = []
         for job in (job for line in self.queue.lines.values() for job in line):
-            if not job.future.done():
+            if not job.future.done():   # the server stops: nothing is counted any more
                 job.future.set_exception(GradingFault("the check server stopped"))

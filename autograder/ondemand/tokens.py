@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
@@ -72,24 +73,35 @@ def subject(key, course, token):
 
 def verify(key, course, token, student):
     """The student a check is from: `student`, when `token` is theirs; Refused (401, 403) otherwise."""
-    if subject(key, course, token) != student:
-        raise Refused(403, f"this token is not {student}'s")
-    return student
+    subject_ = subject(key, course, token)
+    return Caller(subject_, (subject_,)).claims(student)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request, as its headers prove it: the student, and the ids a check of theirs may be sent
+    with (the student's id; on a hub also the hub's name of them)."""
+    student: str
+    names: tuple
+
+    def claims(self, claimed):
+        """The student, where `claimed` (the id a check was sent with) is one of their names; Refused (403) otherwise."""
+        if claimed not in self.names:
+            raise Refused(403, f"this token is not {claimed}'s")
+        return self.student
 
 
 class CourseTokens:
-    """The student of a request outside a hub (`Authorization: Bearer <token>`), as hub.HubStudents on one."""
+    """Who sent a request outside a hub (`Authorization: Bearer <token>`), as hub.HubStudents on one."""
 
     def __init__(self, course):
         self.course, self.key = course, signing_key(course)
 
-    async def student(self, authorization, claimed=None):
-        """The token's student; Refused (401, 403) where it is no token of this course's, or, where `claimed`
-        (the id a check was sent with) is given, not that student's."""
-        token = (authorization or "").removeprefix("Bearer ").strip()
-        if claimed is None:
-            return subject(self.key, self.course, token)
-        return verify(self.key, self.course, token, claimed)
+    async def caller(self, authorization):
+        """The Caller the token names, from the request's headers alone (before any byte of its body);
+        Refused (401) where it is missing or no token of this course's."""
+        student = subject(self.key, self.course, (authorization or "").removeprefix("Bearer ").strip())
+        return Caller(student, (student,))
 
 
 def kit_file_text(course, student):
