@@ -21,14 +21,14 @@ import torch
 
 from autograder import intake, lateness, rules
 from autograder.schedule import now as time_of_grading
-from autograder.harness.context import Student
+from autograder.harness.context import Student, released_cells
 from autograder.harness.plugin import with_suites
 from autograder.reference import reference_namespace
 from autograder.results import NOT_SUBMITTED, SubmissionResult, grader_failed, not_graded
 from autograder.scoring import late_penalty, score_notebook
 from autograder.sandbox.jail import kernel_device
 from autograder.sandbox.student import StudentFailure, StudentProcess, Worker, WorkerError
-from autograder.submission import SubmissionError, check_belongs, load_program
+from autograder.submission import SubmissionError, check_belongs, course_notebook, load_program
 from autograder.variants import FILENAME, UnknownStudent, Variants, notebook_has_variants
 
 log = logging.getLogger("autograder")
@@ -112,7 +112,8 @@ class Grader:
             def as_student(running):
                 return Student(running, [e.id for e in notebook.exercises if e.from_scratch],
                                device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
-                               variant=variant, others=others, values_shown=assignment.feedback_values_shown(now))
+                               variant=variant, others=others, values_shown=assignment.feedback_values_shown(now),
+                               released=released_cells(course_notebook(instructor)))
 
             def course_answers():   # the solution notebook as a submission: whose an error inside the grader is
                 answers = StudentProcess(self.worker, load_program(self.course.source_notebook(assignment, notebook),

@@ -43,7 +43,7 @@ class Answered:
     def value(self, name):
         return {"output": self.namespace[name]}
 
-    def call(self, name, *args, **kwargs):
+    def call(self, name, *args, fresh=False, **kwargs):   # fresh: a witness's call (checks.students_functions)
         return {"output": self.namespace[name](*args, **kwargs)}
 
 
@@ -174,7 +174,7 @@ def test_values_wait_until_no_hand_in_and_no_check_can_use_them():
     assert replace(base, due=None).answers_final is None
 
 
-# -- a student's own exception: feedback names its type and the student's line, never its text ----------
+# -- a student's own exception: feedback names its type and the released cell, never its text ---------
 
 LEAKING = '''
 import torch
@@ -217,7 +217,7 @@ def hidden_values(tensors):
 
 def test_feedback_on_an_exception_holds_none_of_the_hidden_inputs_in_its_message(tmp_path):
     """A function that raises with its hidden inputs in the message, or in the name of a class it makes, gets
-    feedback with the exception's type and its own line of code, and none of their values."""
+    feedback with the exception's type and the released cell it raised in, and none of their values."""
     from autograder.course import Exercise, Limits
     from autograder.harness.context import Student
     from autograder.harness.plugin import with_suites
@@ -232,16 +232,92 @@ def test_feedback_on_an_exception_holds_none_of_the_hidden_inputs_in_its_message
     with Worker(limits) as worker:
         worker.start()
         with StudentProcess(worker, [Cell("probe", LEAKING)], limits) as process:
-            outcomes = with_suites([exercise], lambda session: session.run([exercise], Student(process), {}))
+            outcomes = with_suites([exercise], lambda session: session.run([exercise], Student(process, released=STUB), {}))
     messages = {test: outcome.message for (_, test), outcome in outcomes.items()}
     leaked = hidden_values(qkv((), seed=123))
     for test, message in messages.items():
         assert not [value for value in leaked if value in message], (test, message)
         assert not re.search(r"Leak\d|tensor\(", message), message
-    assert messages["test_plain"].startswith("Your code raised ValueError.") and "probe, line 5" in messages["test_plain"]
+    assert messages["test_plain"] == "Your code raised ValueError.\n  cell probe"   # its own line: not the stub's
     assert "an exception of its own class" in messages["test_own_class"]
     assert "RuntimeError (a mismatch of shapes" in messages["test_through_a_crash_hint"]
     assert "Likely cause: Use k.transpose(-2, -1)." in messages["test_through_a_crash_hint"]
+
+
+# What the released notebook had of the probe's cell: the lines and names feedback may show.
+STUB = (("probe", "import torch\n\ndef attention(q, k, v):\n    raise NotImplementedError()\n\n"
+                  "def uses_softmax(q, k, v):\n    return softmax(q)\n"),)
+# The two channels a hostile review found: the hidden input's first number chosen as the name of a NameError
+# (a comment mentions n_0 ... n_9999), or as which of 1,000 lines, or of 100 added cells, raises.
+CHOSEN_NAME = "import torch\n# " + " ".join(f"n_{i}" for i in range(10000)) + """
+
+def attention(q, k, v):
+    raise NameError(f"name 'n_{int(round(abs(float(q.flatten()[0])) * 1000)) % 10000}' is not defined")
+
+def uses_softmax(q, k, v):
+    return softmax(q)
+"""
+CHOSEN_LINE = "_C = []\n" + "\n".join(f"def _r{i}(): raise ValueError  # {i}" for i in range(1000)) + f"""
+_R = [{", ".join(f"_r{i}" for i in range(1000))}]
+
+def attention(q, k, v):
+    _R[int(round(abs(float(q.flatten()[0])) * 100)) % 1000]()
+
+def uses_softmax(q, k, v):
+    _C[int(round(abs(float(q.flatten()[0])) * 100)) % 100]()
+"""
+CHANNEL_PROBE = '''
+from autograder.suites.helpers.common import qkv
+
+
+def test_name(student):
+    student.call("attention", *qkv((), seed=123))
+
+
+def test_vocabulary(student):
+    student.call("uses_softmax", *qkv((), seed=123))
+'''
+
+
+def channel_messages(tmp_path, worker, cells):
+    """test -> (its message, its missing name) for the probe's cells, graded in the sandbox."""
+    from autograder.course import Exercise
+    from autograder.harness.context import Student
+    from autograder.harness.plugin import with_suites
+    from autograder.sandbox.student import StudentProcess
+    suite = tmp_path / f"test_channel_{len(list(tmp_path.glob('test_channel_*')))}.py"   # pytest imports each once
+    suite.write_text(CHANNEL_PROBE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    exercise = Exercise("probe", "probe", suite, {"test_name": 1, "test_vocabulary": 1})
+    with StudentProcess(worker, cells, worker.limits) as process:
+        outcomes = with_suites([exercise], lambda session: session.run([exercise], Student(process, released=STUB), {}))
+    return {test: (outcome.message, outcome.missing) for (_, test), outcome in outcomes.items()}
+
+
+def test_feedback_on_an_exception_shows_no_place_or_name_the_student_chose_from_a_hidden_input(tmp_path):
+    """A NameError's name is shown only where it is a name of the course's own (the released notebook's code,
+    Python's builtins), and the places an error passed through only as the released cells, with a line only
+    where the released cell had it: the name n_<x0 * 1000>, the line _r<x0 * 100> of a thousand, and the added
+    cell of a hundred that raised never reach the feedback, while a name of the course's (softmax) still does."""
+    from autograder.course import Limits
+    from autograder.sandbox.student import Cell, Worker
+    from autograder.suites.helpers.common import qkv
+    first = abs(float(qkv((), seed=123)[0].flatten()[0]))
+    added = [Cell(f"{index + 2}", f"def _c{index}(): raise ValueError\n_C.append(_c{index})\n") for index in range(100)]
+    with Worker(Limits(call_timeout=5, cell_timeout=5, time_budget=60, memory_mb=2048)) as worker:
+        worker.start()
+        by_name = channel_messages(tmp_path, worker, [Cell("probe", CHOSEN_NAME)])
+        by_line = channel_messages(tmp_path, worker, [Cell("probe", CHOSEN_LINE), *added])
+    assert by_name["test_name"] == ("Your code raised NameError.\n  cell probe", "")
+    assert str(int(round(first * 1000)) % 10000) not in by_name["test_name"][0]
+    # a name of the course's vocabulary (the released code calls softmax) is named, and noted as missing
+    assert by_name["test_vocabulary"] == ("Your code raised NameError: name 'softmax' is not defined.\n"
+                                          "  cell probe: return softmax(q)", "softmax")
+    assert by_line["test_name"][0] == "Your code raised ValueError.\n  cell probe"
+    assert by_line["test_vocabulary"][0] == "Your code raised ValueError.\n  cell probe\n  a cell of your own"
+    chosen = int(round(first * 100))
+    for message, _ in by_line.values():
+        assert f"_r{chosen % 1000}" not in message and "line" not in message
 
 
 # -- an exercise built on an earlier one: a slip there is charged once --------------------------------------
@@ -321,3 +397,14 @@ def test_the_graders_own_failures_inside_the_students_process_are_said_in_the_gr
     assert refused.endswith("was refused: it reaches torch internals (torch._C).")
     chosen = said_of(StudentError("ReachRefused", f"getattr(..., '_{leak}') is refused: it reaches {leak}", ""))
     assert leak not in chosen and "refused" in chosen
+
+
+def test_a_time_out_is_said_without_the_seconds_the_call_had_left():
+    """A call's time limit is what the submission's budget has left, which its earlier calls spend at a pace a
+    hidden input may set: the feedback says a time-out in fixed words, never those seconds."""
+    from autograder.harness.plugin import student_message
+    from autograder.sandbox.student import StudentTimeout
+    hung = student_message(StudentTimeout("softmax did not finish within 7.23419 s (an infinite loop?)"))
+    spent = student_message(StudentTimeout("the submission used up its time budget of 600 s"))
+    assert hung == "Your code did not finish in the time a call may take (an infinite loop?)."
+    assert spent == "Your code did not finish: the submission used up its time budget."

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from autograder import variants
@@ -408,3 +409,57 @@ def test_an_error_that_the_course_answers_cause_too_is_the_graders(tmp_path):
     # without the course's answers to ask, it stays the grader's, as before
     outcome, session, _ = outcome_of(tmp_path, Replying([0, 1]), None)
     assert outcome.internal and len(session["internal"]) == 1
+
+
+# -- follow-through credit: never for a slip the earlier exercise is not charged for -------------------------
+
+class Remembering:
+    """The student of the hostile review's witness attack, as the suites see them: attention leaves out the
+    1/sqrt(d_k) scaling and keeps its weights in its process; softmax hands them back on the next call of that
+    shape, else is right (or, with wrong_axis, is wrong over the queries: a slip softmax's tests charge).  A call
+    with fresh=True runs in a process that has only run the notebook's cells: nothing kept is there."""
+    exercise = None
+
+    def __init__(self, wrong_axis=False):
+        self.kept, self.wrong_axis, self.fresh_calls = [], wrong_axis, 0
+
+    @staticmethod
+    def right(x, axis=-1):
+        exps = np.exp(x - x.max(axis=axis, keepdims=True))
+        return exps / exps.sum(axis=axis, keepdims=True)
+
+    def call(self, name, *args, fresh=False, **kwargs):
+        if fresh:
+            self.kept, self.fresh_calls = [], self.fresh_calls + 1
+        if name == "attention":
+            q, k, v = args
+            weights = self.right(q @ k.swapaxes(-1, -2))
+            self.kept = [weights]
+            return {"output": (weights @ v, weights)}
+        x, axis = args[0], kwargs.get("axis", -1)
+        if self.kept and self.kept[0].shape == x.shape:
+            return {"output": self.kept.pop()}
+        return {"output": self.right(x, 0 if self.wrong_axis else axis)}
+
+
+def test_follow_through_credit_needs_a_wrong_earlier_function_seen_in_a_fresh_process():
+    from autograder.harness import checks
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((5, 4)) for _ in range(3))
+
+    def on_functions(functions):   # the grader's attention with the student's softmax in its place
+        weights = functions["softmax"](q @ k.T / np.sqrt(4), axis=-1)
+        return weights @ v, weights
+    token = checks.REFERENCE.set({"softmax": Remembering.right})
+    try:
+        # the attack: its softmax is right wherever it was not just handed weights, so no credit follows
+        attacker = Remembering()
+        answer = attacker.call("attention", q, k, v)["output"]
+        assert not checks.follows_theirs(attacker, {"softmax": ("softmax",)}, answer, on_functions)
+        assert attacker.fresh_calls == 1
+        # a softmax really wrong on these inputs (over the queries): attention built on it keeps its credit
+        slipped = Remembering(wrong_axis=True)
+        weights = slipped.right(q @ k.T / np.sqrt(4), 0)
+        assert checks.follows_theirs(slipped, {"softmax": ("softmax",)}, (weights @ v, weights), on_functions)
+    finally:
+        checks.REFERENCE.reset(token)

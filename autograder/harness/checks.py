@@ -314,22 +314,59 @@ def require(condition, observed, hint="", picture=None):
 # A later exercise's answer may call the functions of an earlier exercise (attention calls softmax,
 # MultiHeadAttention calls split_heads and merge_heads): a slip in those is the earlier exercise's to charge.
 # Its suite declares them, BUILT_ON = {earlier exercise id: (its function and class names, ...)}, and compares
-# an answer with `built_on`'s expectation: the grader's, unless the answer is what the grader's own computation
-# gives with the student's functions in place of the grader's (each call made in the student's process); then
-# the answer is right for this exercise, and the earlier one's tests charge the slip, once.  A class is either
-# replaced by the grader's stand-in (Student.module's stand_in: to_torch_mha, absorbed) or judged in the
-# student's own model as well (train_model).  tests/test_feedback_policy.py holds every suite whose answers
-# use an earlier exercise's functions or classes (read from the solution notebooks and the suite) to a
-# BUILT_ON that names them.
+# an answer with `built_on`'s expectation: the grader's, unless two things hold on the test's own inputs, each
+# seen by the grader and by nothing the student's process could arrange.  The earlier function is itself wrong
+# there: each call of the witness (the grader's own computation with the student's functions in place of its
+# own) is compared with the grader's function of that name on the same arguments (`strayed`), so credit
+# follows only a slip the earlier exercise is charged for.  And the answer is what that witness gives: each of
+# its calls runs in a fresh child of the sandbox that has only run the notebook's cells (Student.call's
+# fresh), so nothing the graded call, or another witness call, left behind (a global holding the weights it
+# handed out) can steer what the student's function answers.  A class is either replaced by the grader's
+# stand-in (Student.module's stand_in: to_torch_mha, absorbed) or judged in the student's own model as well
+# (train_model).  tests/test_feedback_policy.py holds every suite whose answers use an earlier exercise's
+# functions or classes (read from the solution notebooks and the suite) to a BUILT_ON that names them.
 
-def students_functions(student, built_on):
-    """name -> the student's own function of that name, for every name in a suite's BUILT_ON: a call in the
-    student's process whose value is the reply's output."""
+# The grader's functions a witness call is compared with, by name: the reference namespace (reference.py, the
+# solution notebook's definitions) while a run lasts (plugin.SuiteSession.run), unless a suite names its own.
+REFERENCE = contextvars.ContextVar("reference_namespace", default={})
+
+
+class Theirs(dict):
+    """name -> the student's own function of that name (students_functions); `strayed`: whether one of the
+    calls made so far gave other than the grader's function of that name on the same arguments."""
+    strayed = False
+
+
+def _strays(rule, output, args, kwargs):
+    """Whether `output` of the student's function differs from what the grader's `rule` gives on the same
+    arguments; a function without a rule, or whose rule cannot take these arguments, never strays (deny by
+    default: no follow-through credit)."""
+    if rule is None:
+        return False
+    try:
+        with torch.no_grad():
+            return not _alike(output, rule(*args, **kwargs))
+    except Exception:   # noqa: BLE001 - the grader's rule cannot take them: no credit follows
+        return False
+
+
+def students_functions(student, built_on, rules=None):
+    """name -> the student's own function of that name, for every name in a suite's BUILT_ON (a Theirs): each
+    call made in a fresh child of the student's process that has only run the notebook's cells, its value the
+    reply's output, compared with the grader's function of that name (`rules`, else the reference namespace's,
+    taken now, before any block of `calling` puts the student's in its place)."""
+    grader = {**REFERENCE.get(), **(rules or {})}
+    grader = {name: grader.get(name) for names in built_on.values() for name in names}
+    theirs = Theirs()
+
     def function(name):
         def call(*args, **kwargs):
-            return student.call(name, *args, **kwargs)["output"]
+            output = student.call(name, *args, fresh=True, **kwargs)["output"]
+            theirs.strayed = theirs.strayed or _strays(grader[name], output, args, kwargs)
+            return output
         return call
-    return {name: function(name) for names in built_on.values() for name in names}
+    theirs.update({name: function(name) for name in grader})
+    return theirs
 
 
 @contextlib.contextmanager
@@ -348,32 +385,41 @@ def calling(namespace, functions):
                 namespace.pop(name, None)
 
 
+def _number(value):
+    return type(value) in (int, float)
+
+
 def _alike(actual, expected):
     if isinstance(expected, (tuple, list)):
         return isinstance(actual, (tuple, list)) and len(actual) == len(expected) and \
             all(_alike(a, e) for a, e in zip(actual, expected))
+    if _number(expected):
+        return _number(actual) and math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-12)
     try:
         return is_close(as_tensor(actual), as_tensor(expected))
     except (TypeError, ValueError, RuntimeError):
         return False
 
 
-def follows_theirs(student, declared, answer, on_functions, same=None):
-    """Whether `answer` (a value, or a tuple of values) is what on_functions(functions) gives with the student's
-    own functions of `declared` (its suite's BUILT_ON) in place of the grader's (compared by `same`, by default
-    within the tolerances): False where those raise or give something the grader's computation cannot take."""
+def follows_theirs(student, declared, answer, on_functions, same=None, rules=None):
+    """Whether `answer` (a value, or a tuple of values) earns follow-through credit: on_functions(functions),
+    with the student's own functions of `declared` (its suite's BUILT_ON) in place of the grader's, gives it
+    (compared by `same`, by default within the tolerances), and one of those functions strayed from the
+    grader's (`rules`, see students_functions) on the arguments it was given there.  False where they raise
+    or give something the grader's computation cannot take."""
     try:
+        theirs = students_functions(student, declared, rules)
         with torch.no_grad():
-            theirs = on_functions(students_functions(student, declared))
-        return bool((same or _alike)(answer, theirs))
+            value = on_functions(theirs)
+        return theirs.strayed and bool((same or _alike)(answer, value))
     except Exception:   # noqa: BLE001 - their functions raise, or reply in another form: the grader's is the rule
         return False
 
 
-def built_on(student, declared, answer, right, on_functions):
+def built_on(student, declared, answer, right, on_functions, rules=None):
     """What `answer` should be, for an exercise whose answers may call the earlier exercises' functions
-    `declared`: `right`, unless the answer differs from it and follows the student's own functions
-    (follows_theirs); then the answer itself."""
-    if _alike(answer, right) or not follows_theirs(student, declared, answer, on_functions):
+    `declared`: `right`, unless the answer differs from it and earns follow-through credit (follows_theirs);
+    then the answer itself."""
+    if _alike(answer, right) or not follows_theirs(student, declared, answer, on_functions, rules=rules):
         return right
     return answer

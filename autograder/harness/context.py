@@ -14,13 +14,24 @@ student's that raised comes back as, and `Strided`, a tensor sent with its layou
 from autograder.sandbox import replies
 from autograder.sandbox.inside.protocol import Strided
 from autograder.sandbox.student import StudentError
+from autograder.submission import _nbgrader, _source
 
-__all__ = ["Student", "StudentError", "Strided"]
+__all__ = ["Student", "StudentError", "Strided", "released_cells"]
+
+
+def released_cells(notebook):
+    """(label, source) of each code cell of the released notebook (the instructor's release copy), the course's
+    own text: label is the cell's nbgrader grade_id, or None.  What feedback on a student's exception may quote
+    or name (plugin.said_of) is read from these, never from the student's own cells."""
+    return tuple((_nbgrader(cell).get("grade_id") if isinstance(_nbgrader(cell).get("grade_id"), str) else None,
+                  _source(cell)) for cell in notebook.cells if cell.get("cell_type") == "code")
 
 
 class Student:
-    def __init__(self, process, from_scratch=(), device=None, variant=None, others=None, values_shown=False):
+    def __init__(self, process, from_scratch=(), device=None, variant=None, others=None, values_shown=False,
+                 released=None):
         self.process = process
+        self.released = tuple(released or ())  # released_cells of the notebook: the course's own code
         # whether feedback may show the right values worked out from the student's own numbers (course.yml's
         # feedback policy at the time of grading); checks.where words a failure either way
         self.values_shown = values_shown
@@ -33,10 +44,10 @@ class Student:
         self.builtin_attention_users = set()   # exercises whose calls reached torch's attention
         self.memo = {}
 
-    def _request(self, key, message, check, measure_memory=False):
+    def _request(self, key, message, check, measure_memory=False, fresh=False):
         message = {**message, "from_scratch": self.exercise in self.from_scratch}
         try:
-            value = self.process.request(key, message, check, measure_memory)
+            value = self.process.request(key, message, check, measure_memory, **({"fresh": True} if fresh else {}))
         except StudentError as error:
             if error.kind == "BuiltinAttentionForbidden":  # the guard refused: the built-in was called
                 self.builtin_attention_users.add(self.exercise)
@@ -60,29 +71,32 @@ class Student:
         return self.process.request("names", {"op": "names", "names": list(names)}, replies.names)
 
     def call(self, name, *args, grad=False, grad_outputs=(), seed=0, echo_args=False, count=False,
-             measure_memory=False, **kwargs):
+             measure_memory=False, fresh=False, **kwargs):
         """Call the student's function `name`.  count: the reply's "work" (a replies.Work) is what the
         call did, counted in the student's process: torch's products and exponentials and, in a
         kernel assignment, what its Triton kernels did (sandbox/inside/counter.py); measure_memory:
-        the reply's "peak_memory" is the call's peak memory, read from outside."""
+        the reply's "peak_memory" is the call's peak memory, read from outside; fresh: the call runs in
+        a fresh child of the sandbox that has only run the notebook's cells, so nothing any earlier call
+        left behind (a global it set) reaches it (checks.students_functions, a witness of the grader's)."""
         message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs, "grad": grad,
                    "grad_outputs": list(grad_outputs), "seed": seed, "echo_args": echo_args,
                    "count": count}
         if self.device:
             message["device"] = self.device
-        return self._request(name, message, replies.call, measure_memory)
+        return self._request(name, message, replies.call, measure_memory, fresh)
 
     def module(self, cls, init_args=(), init_kwargs=None, *, steps=(), parameters=None, dtype=None,
-               train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False):
+               train=False, grad=False, grad_outputs=(), attributes=(), seed=0, stand_in=None, held=False, fresh=False):
         """Build the student's class `cls` (or, with stand_in, a plain module built from torch with
         the given attributes and linear layers: see sandbox/inside/worker.py), then run `steps` on it.  The
         reply's "held_elements" counts the numbers the module keeps outside its parameters after the
         steps (its cache), and with held=True its "held" lists those tensors themselves; the work of
-        the steps with "count": True is counted in the reply's "work", as Student.call(count=True) does."""
+        the steps with "count": True is counted in the reply's "work", as Student.call(count=True) does; fresh:
+        it runs in a fresh child, as Student.call(fresh=True) does."""
         message = {"op": "module", "cls": cls, "stand_in": stand_in, "init_args": list(init_args),
                    "init_kwargs": dict(init_kwargs or {}), "steps": list(steps), "parameters": parameters,
                    "dtype": dtype, "train": train, "grad": grad, "grad_outputs": list(grad_outputs),
                    "attributes": list(attributes), "seed": seed, "held": held}
         # A hang inside a notebook function that was handed the module is charged to that function.
         functions = [step["function"] for step in steps if step.get("function")]
-        return self._request(functions[-1] if functions else cls, message, replies.module)
+        return self._request(functions[-1] if functions else cls, message, replies.module, fresh=fresh)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autograder.harness.checks import Feedback
+from autograder.harness.checks import REFERENCE, Feedback
 from autograder.sandbox.inside.reach import INTERNAL_ATTRIBUTES
 from autograder.sandbox.student import StudentError, StudentFailure, StudentTimeout, WorkerError
 
@@ -39,15 +39,29 @@ class Outcome:
 
 
 NOT_DEFINED = re.compile(r"^(?:name )?'?([A-Za-z_]\w*)'? is not defined")
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+@functools.lru_cache(maxsize=16)
+def course_text(released):
+    """What of the released notebook (context.released_cells) feedback on a student's exception may name:
+    (the course's vocabulary: every name its code writes, its imports among them, and Python's builtins;
+    label -> the lines of the released cell of that nbgrader label, stripped)."""
+    vocabulary = frozenset(IDENTIFIER.findall("\n".join(source for _, source in released))) | frozenset(vars(builtins))
+    lines = {}
+    for label, source in released:
+        if label:
+            lines.setdefault(label, set()).update(line.strip() for line in source.splitlines() if line.strip())
+    return vocabulary, lines
 
 
 def missing_name(error):
-    """The undefined name behind a student's NameError ('' for any other failure), only where the
-    submission's own code (the grader's copy of its cells, CODE) names it: the message is text of the
-    student's process."""
+    """The undefined name behind a student's NameError ('' for any other failure), only where it is a name of
+    the course's own vocabulary (course_text, RELEASED): the message is text of the student's process, which
+    may choose the name from a hidden input (n_0 ... n_9999 mentioned in a comment, n_4623 raised)."""
     if isinstance(error, StudentError) and error.kind == "NameError":
         found = NOT_DEFINED.match(error.message)
-        if found and re.search(rf"\b{re.escape(found.group(1))}\b", "\n".join(CODE.get().values())):
+        if found and found.group(1) in course_text(RELEASED.get())[0]:
             return found.group(1)
     return ""
 
@@ -57,11 +71,13 @@ def missing_name(error):
 # controls, and a test calls it with hidden inputs: a message such as f"{q}" would hand them over.  So
 # the feedback quotes none of it: it names the exception's type when that is one of Python's built-in
 # exceptions or a library's below (else "an exception of its own class"), says in a fixed phrase what
-# kind of failure a library's message reports (FAILURES), and shows the lines of the student's code the
-# error passed through, read from the grader's own copy of the cells by the cell and line number the
-# traceback names (CODE).  What is left to the student's choice is which of a few dozen names, phrases
-# and lines a failure shows: as much as passing or failing a test tells, never a value.
+# kind of failure a library's message reports (FAILURES), names a NameError's name only where it is one
+# of the course's own (missing_name), and shows the released cells the error passed through, with a line
+# only where the released cell already had it (code_lines).  What is left to the student's choice is which
+# of a small set fixed by the course a failure shows, as passing or failing a test tells: a few bits a
+# check, never a value.
 CODE = contextvars.ContextVar("submission_code", default={})   # cell file name -> source, while a run lasts
+RELEASED = contextvars.ContextVar("released_code", default=())   # context.released_cells, while a run lasts
 KNOWN_KINDS = frozenset(name for name, value in vars(builtins).items()
                         if isinstance(value, type) and issubclass(value, BaseException)) | {
     "LinAlgError", "AxisError", "CompilationError", "CompileTimeAssertionFailure", "OutOfResources"}
@@ -106,13 +122,23 @@ def cell_files(cells):
 
 
 def code_lines(error, most=3):
-    """The lines of the student's cells the error passed through (the last `most`), read from the grader's
-    copy of the cells: '  cell <label>, line <n>: <code>' each."""
-    code, shown = CODE.get(), []
+    """Where in the notebook the error passed through (the last `most` places): each as the released cell it
+    ran in, by its nbgrader label, with the line of code only where that line is one the released cell already
+    had (read from the grader's copy of the cells, CODE; no line number), else "a cell of your own".  Which of
+    a thousand lines, or of a thousand cells added, raised is the student's process's choice, and a hidden
+    input may make it: the places shown are a small set fixed by the course."""
+    code, lines = CODE.get(), course_text(RELEASED.get())[1]
+    shown = []
     for filename, number in FRAME.findall(error.traceback or ""):
-        lines = code.get(filename, "").splitlines()
-        if 0 < int(number) <= len(lines):
-            shown.append(f"  {filename.strip('<>')}, line {number}: {lines[int(number) - 1].strip()[:160]}")
+        label = filename.strip("<>").removeprefix("cell ").split(" #")[0]
+        if label not in lines:
+            place = "  a cell of your own"
+        else:
+            written = code.get(filename, "").splitlines()
+            text = written[int(number) - 1].strip() if 0 < int(number) <= len(written) else ""
+            place = f"  cell {label}: {text[:160]}" if text in lines[label] else f"  cell {label}"
+        if not shown or shown[-1] != place:
+            shown.append(place)
     return shown[-most:]
 
 
@@ -140,8 +166,10 @@ def student_message(error, said=None):
     shown in the exercise, see Feedback.text)."""
     if isinstance(error, Feedback):
         return error.text(said) if said is not None else str(error)
-    if isinstance(error, StudentTimeout):
-        return f"Your code did not finish: {error}."
+    if isinstance(error, StudentTimeout):   # in fixed words: the seconds a call had left follow the student's own pace
+        if "time budget" in str(error):
+            return "Your code did not finish: the submission used up its time budget."
+        return "Your code did not finish in the time a call may take (an infinite loop?)."
     if isinstance(error, StudentError):
         if error.kind == "NotImplementedError":
             return "Your code raised NotImplementedError: the stub has not been replaced yet."
@@ -232,10 +260,14 @@ class SuiteSession:
         self.outcomes, self.internal_errors, self.charged, self.raised = {}, [], [], {}
         self._answers_of, self._answers = answers, None
         code = CODE.set(cell_files(getattr(getattr(student, "process", None), "cells", ())))
+        released = RELEASED.set(tuple(getattr(student, "released", ())))
+        known = REFERENCE.set(reference if isinstance(reference, dict) else {})
         try:
             self._run(exercises, student)
             self._settle(student)
         finally:
+            REFERENCE.reset(known)
+            RELEASED.reset(released)
             CODE.reset(code)
             self._student = self._reference = None
             if self._answers is not None and callable(getattr(self._answers.process, "close", None)):

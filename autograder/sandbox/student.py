@@ -404,9 +404,10 @@ class StudentProcess:
             raise StudentTimeout("ran out of time")
         raise StudentError(error["type"], error["message"], error["traceback"])
 
-    def request(self, key, message, check, measure_memory=False):
+    def request(self, key, message, check, measure_memory=False, fresh=False):
         """Send one request; `key` names what it exercises, so a hang is charged to it alone;
-        `check` validates the reply's value (see replies.py).
+        `check` validates the reply's value (see replies.py).  fresh: the request runs in a fresh child
+        that has only run the notebook's cells (_in_fresh_child), where nothing an earlier call left reaches it.
 
         With measure_memory the request runs in a fresh child, alone (_in_fresh_child), that runs the
         notebook's cells again and then makes this call, and the value also carries "peak_memory" (a memory.Peak, or None
@@ -415,11 +416,11 @@ class StudentProcess:
         with "count", a module with a step with "count") runs with the child held to one thread, and
         its value's "work" (a replies.Work) carries other_threads: threads that were already running
         beside it (work they do is not counted)."""
-        if measure_memory:
-            return self._in_fresh_child(key, message, check)
+        if measure_memory or fresh:
+            return self._in_fresh_child(key, message, check, measure_memory)
         return self._request(key, message, check)
 
-    def _in_fresh_child(self, key, message, check):
+    def _in_fresh_child(self, key, message, check, measure_memory=True):
         """The measured call runs in a child of its own, where no other process of the submission is
         alive: the child that ran its other calls is ended first, and the worker empties the scratch
         space once a submission has no child left, so nothing the submission made before (a file of
@@ -432,7 +433,7 @@ class StudentProcess:
         self.restarts = self.limits.restarts  # no second chance: a crash while loading is this call's
         try:
             self.start()
-            return self._request(key, message, check, measure_memory=True)
+            return self._request(key, message, check, measure_memory)
         finally:
             self.restarts, self.cell_reports = restarts, reports
 

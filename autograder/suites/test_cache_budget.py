@@ -64,15 +64,16 @@ def per_token(numbers, kind, slip=None):
 
 
 def students_per_token(student, numbers, kind):
-    """What the student's kv_cache_bytes_per_token gives for these numbers (None when it cannot)."""
+    """What the student's kv_cache_bytes_per_token gives for these numbers, where it is wrong there (a slip
+    cache_bytes is charged for, checks.students_functions); None where it is right or cannot say."""
     try:
-        own = checks.students_functions(student, BUILT_ON)["kv_cache_bytes_per_token"]
-        value = own(kind, numbers["n_layers"], numbers["n_heads"], numbers["d_head"], getattr(torch, numbers["dtype"]),
-                    **sizes(numbers, kind))
+        theirs = checks.students_functions(student, BUILT_ON)
+        value = theirs["kv_cache_bytes_per_token"](kind, numbers["n_layers"], numbers["n_heads"], numbers["d_head"],
+                                                   getattr(torch, numbers["dtype"]), **sizes(numbers, kind))
         per_token_bytes = checks.number(value, "kv_cache_bytes_per_token", whole=True)
     except (StudentError, checks.Feedback):   # no whole number of bytes: only the right bytes are accepted
         return None
-    return per_token_bytes if per_token_bytes > 0 else None
+    return per_token_bytes if per_token_bytes > 0 and theirs.strayed else None
 
 
 def fitting(numbers, per_token_bytes, gib=2**30, rounded=False):

@@ -23,6 +23,8 @@ CAUSES = {
 # The earlier exercises' functions its answers may call (checks.built_on): the forward is the student's own
 # kernel, so an output or gradients that follow it are right here (a slip of the kernel is flash_kernel's).
 BUILT_ON = {"flash_kernel": ("triton_flash_attention",)}
+# What the student's kernel is compared with there (checks.students_functions): the grader's (out, lse), in float32.
+RULES = {"triton_flash_attention": lambda q, k, v, causal=False: tuple(x.float() for x in reference(q, k, v, causal))}
 STATEMENT = ("forward saves q, k, v, out and lse; backward returns (*flash_attention_backward(q, k, v, out, lse, d_out, "
              "causal), None).")
 
@@ -120,7 +122,7 @@ def compare_gradients(student, q, k, v, causal, seed, what):
     _, grads, _ = run(student, q, k, v, causal, upstream)
     _, want = reference_gradients(q, k, v, causal, upstream)
     want = checks.built_on(student, BUILT_ON, grads, tuple(grad.float() for grad in want),
-                           on_their_kernel(q, k, v, causal, upstream))
+                           on_their_kernel(q, k, v, causal, upstream), RULES)
     for index, (name, grad, expected) in enumerate(zip(("dq", "dk", "dv"), grads, want)):
         checks.close(grad, expected.float(), f"{name} ({what})", STATEMENT,
                      lambda: named_gradients(q, k, v, causal, upstream, index))
@@ -138,7 +140,7 @@ def test_returns_the_output(student):
     q, k, v = inputs(64, seed=2)
     out, _ = forward(student, q, k, v)
     checks.shape(out, q.shape, "triton_attention(q, k, v)", "forward returns out [B, H, Sq, D] from your kernel.")
-    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False))
+    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False), RULES)
     checks.close(out, want, "triton_attention(q, k, v)",
                  "forward returns out from your kernel: where triton_flash_attention's own tests fail, fix those first.")
 
@@ -156,7 +158,7 @@ def test_forward_runs_the_kernel(student):
     and torch did none of its work."""
     q, k, v = inputs(32, seed=8)
     out, reply = forward(student, q, k, v, count=True)
-    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False))
+    want = checks.built_on(student, BUILT_ON, out, attention_out(q, k, v), on_their_kernel(q, k, v, False), RULES)
     checks.close(out, want, "triton_attention(q, k, v) of the counted call",
                  "The counted call must first give the right answer.")
     check_kernel_work(reply, "TritonAttention.forward", least_flops=4 * 32 * 32 * 16 * 2,

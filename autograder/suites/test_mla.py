@@ -9,11 +9,10 @@ as well, so a RoPE slip is charged to apply_rope alone."""
 import torch
 
 from autograder.harness import checks, substance
-from autograder.harness.context import StudentError
 from autograder.suites.helpers.common import B, crash_hint, named, randn, run_module
 from autograder.suites.helpers.decoding import cache_calls, joined_new_outputs, piece_bounds
 from autograder.suites.helpers.latent import (MLA_SIZES, mla, mla_attend, mla_cache_entries, mla_parameters,
-                                              mla_shapes, reference_or_own_rope, rope, students_rope)
+                                              mla_shapes, reference_or_own_rope, rope, follows_own_rope)
 
 # The earlier exercises' functions its answers may call (checks.built_on).
 BUILT_ON = {"rope": ("apply_rope",)}
@@ -188,12 +187,8 @@ def check_rope_key_turned(student, params, prompt, held):
 
     if holds_turned(rope):
         return
-    theirs = students_rope(student, BUILT_ON)  # a RoPE slip is charged to apply_rope alone
-    try:
-        if theirs is not None and holds_turned(theirs):
-            return
-    except (StudentError, checks.Feedback):   # their RoPE fails on the prompt: the grader's is the rule
-        pass
+    if follows_own_rope(student, BUILT_ON, True, holds_turned, same=lambda _, held_theirs: held_theirs is True):
+        return   # a RoPE slip is charged to apply_rope alone
     checks.require(not any(checks.is_close(window, unturned) for window in windows),
                    f"After a {prompt.shape[1]}-token prompt the cache holds the RoPE key W_kr x of each token unturned.",
                    f"Likely cause: {CAUSES['cached_unturned']}.")

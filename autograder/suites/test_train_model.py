@@ -44,31 +44,39 @@ BUILT_ON = {"causal_self_attention": ("CausalSelfAttention",)}
 
 
 class OwnModel:
-    """The student's own PatternModel (their CausalSelfAttention in it) holding `parameters`, run in their
-    process: a model as pattern_loss and the notebook's accuracy use one (eval(), model(inputs)[0])."""
+    """The student's own PatternModel (their CausalSelfAttention in it) holding `parameters`, run in a fresh
+    child of their process that has only run the notebook's cells (nothing train_model left behind reaches
+    it): a model as pattern_loss and the notebook's accuracy use one (eval(), model(inputs)[0]).  `strayed`:
+    whether its logits differed from the reference model's (`reference`, holding the same parameters) on the
+    inputs it was given, a slip CausalSelfAttention's own tests charge (checks.follows_theirs)."""
 
-    def __init__(self, student, num_heads, parameters):
-        self.student, self.num_heads, self.parameters = student, num_heads, parameters
+    def __init__(self, student, num_heads, parameters, reference):
+        self.student, self.num_heads, self.parameters, self.reference = student, num_heads, parameters, reference
+        self.strayed = False
 
     def eval(self):
         return self
 
     def __call__(self, inputs):
         reply = run_module(self.student, "PatternModel", (self.num_heads,), params=self.parameters, dtype=None,
-                           calls=[((inputs,), {})])
+                           calls=[((inputs,), {})], fresh=True)
         logits, weights = checks.pair(reply["outputs"][0], "PatternModel.forward", ("logits", "weights"))
         vocabulary = self.parameters["to_logits.weight"].shape[0]
         checks.shape(logits, (*inputs.shape, vocabulary), "PatternModel's logits")
+        with torch.no_grad():
+            self.strayed = self.strayed or not checks.is_close(logits, self.reference.eval()(inputs)[0])
         return logits, weights
 
 
 def in_own_model(student, model, num_heads, measure):
-    """measure(the trained parameters in the student's own PatternModel), or None where that model cannot
-    run them (then the reference model is the rule)."""
+    """measure(the trained parameters in the student's own PatternModel), or None where that model cannot run
+    them or gives the reference model's logits on the inputs measured (then the reference model is the rule)."""
+    own = OwnModel(student, num_heads, {name: value.detach() for name, value in model.named_parameters()}, model)
     try:
-        return measure(OwnModel(student, num_heads, {name: value.detach() for name, value in model.named_parameters()}))
+        measured = measure(own)
     except (StudentError, checks.Feedback):
         return None
+    return measured if own.strayed else None
 
 
 def pattern_loss(model, inputs, targets, flatten_targets=lambda t: t.reshape(-1)):

@@ -2,7 +2,7 @@
 CAUSES in autograder/suites/test_numpy_attention.py, and the tests it may fail), correct alternatives and
 degenerate answers."""
 
-from tests.catalogue.entries import Degenerate, Mistake, Alternative
+from tests.catalogue.entries import Degenerate, Gaming, Mistake, Alternative
 
 
 MISTAKES = [
@@ -87,4 +87,32 @@ DEGENERATES = [
     Degenerate("returns the values", '''def attention(Q, K, V):
     return V, softmax(Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1]))
 '''),
+]
+
+
+GAMING = [
+    # Follow-through credit gamed by state kept between calls: attention leaves out the 1/sqrt(d_k) scaling and
+    # keeps its weights in a global; softmax hands them back on the next call of that shape (the grader's witness,
+    # checks.follows_theirs, made right after the graded call), else is right.  The witness runs in a fresh child
+    # that has only run the notebook's cells, and a softmax right on the witness's inputs earns attention nothing.
+    Gaming("no scaling, its weights handed back by a softmax that remembers them", '''_PENDING = []
+
+
+def _softmax(x, axis=-1):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    exps = np.exp(shifted)
+    return exps / np.sum(exps, axis=axis, keepdims=True)
+
+
+def softmax(x, axis=-1):
+    if _PENDING and np.shape(_PENDING[0]) == np.shape(x):
+        return _PENDING.pop()
+    return _softmax(x, axis)
+
+
+def attention(Q, K, V):
+    weights = _softmax(Q @ np.swapaxes(K, -1, -2))
+    _PENDING[:] = [weights]
+    return weights @ V, weights
+''', loses=("matches_torch_attention", "matches_torch_with_batch_dimensions"), says="1/sqrt(d_k)"),
 ]

@@ -120,13 +120,13 @@ def mha_parameters(d_model=D_MODEL, bias=True, dtype=torch.float64, seed=10):
 
 
 def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=(), dtype=torch.float64,
-               train=False, grad_outputs=None, functions=(), stand_in=None, count=False, held=False):
+               train=False, grad_outputs=None, functions=(), stand_in=None, count=False, held=False, fresh=False):
     """Build the student's module `cls` (or a stand-in, see Student.module), set its parameters to
     `params`, run `calls` ((method, args, kwargs), (args, kwargs) for forward, or ("set_parameters",
     {name: value}) to change parameters between two calls) and then `functions` ((name, args,
     kwargs), called with the module first) on the one instance; returns the reply.  count: the
     reply's "work" counts the work of the last function; held: the reply's "held" lists the tensors
-    the module keeps outside its parameters."""
+    the module keeps outside its parameters; fresh: it runs in a fresh child (Student.module)."""
     steps = []
     for call in calls:
         if call[0] == "set_parameters":  # ("set_parameters", {name: value}): new values between two calls
@@ -141,7 +141,8 @@ def run_module(student, cls, init_args, init_kwargs=None, *, params=None, calls=
     try:
         return student.module(cls, init_args, init_kwargs or {}, parameters=params, dtype=dtype, train=train,
                               steps=steps, grad=grad_outputs is not None, stand_in=stand_in,
-                              grad_outputs=grad_outputs or [[] for _ in steps], held=held)
+                              grad_outputs=grad_outputs or [[] for _ in steps], held=held,
+                              **({"fresh": True} if fresh else {}))
     except StudentError as error:
         # Named by the grader's own names (the message is the student's process's text, see plugin.said_of).
         named = next((name for name in params or {} if name in error.message), "")

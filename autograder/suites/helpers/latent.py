@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.harness import checks
-from autograder.harness.context import StudentError
-from autograder.suites.helpers.common import linear_parameters, randn
+from autograder.suites.helpers.common import linear_parameters
 
 
 def rope(x, positions, base=10000.0, *, half_split=False, clockwise=False, frequency_per_dim=False, cos_only=False):
@@ -107,23 +106,24 @@ def formed(own):
     return turn
 
 
-def students_rope(student, built_on):
-    """The student's apply_rope (checks.students_functions, from a suite's BUILT_ON) as a function on the
-    grader's tensors, its form checked (None when it cannot run)."""
-    turn = formed(checks.students_functions(student, built_on)["apply_rope"])
-    try:
-        turn(randn(1, 2, MLA_D_ROPE, seed=1), torch.arange(2))
-    except (StudentError, checks.Feedback):
-        return None
-    return turn
+# What the student's apply_rope is compared with where an answer built on it earns follow-through credit.
+ROPE_RULES = {"apply_rope": rope}
+
+
+def follows_own_rope(student, built_on, answer, on_rope, same=None):
+    """checks.follows_theirs with the student's apply_rope (from a suite's BUILT_ON), its every result's form
+    checked: whether `answer` is what on_rope(their RoPE) gives, where their RoPE strays from the grader's."""
+    return checks.follows_theirs(student, built_on, answer, lambda functions: on_rope(formed(functions["apply_rope"])),
+                                 same, ROPE_RULES)
 
 
 def reference_or_own_rope(student, built_on, output, reference_of):
     """What an exercise built on apply_rope (its suite's BUILT_ON) should give: reference_of(rope) (the grader's
-    RoPE), unless `output` equals reference_of(the student's own apply_rope, its form checked); then the output
-    is right, and a RoPE slip is charged to apply_rope alone (checks.built_on)."""
+    RoPE), unless `output` equals reference_of(the student's own apply_rope, its form checked) where that RoPE
+    is wrong on these inputs; then the output is right, and a RoPE slip is charged to apply_rope alone
+    (checks.built_on)."""
     return checks.built_on(student, built_on, output, reference_of(rope),
-                           lambda functions: reference_of(formed(functions["apply_rope"])))
+                           lambda functions: reference_of(formed(functions["apply_rope"])), ROPE_RULES)
 
 
 def up_projections_read_as_in_out(params):
