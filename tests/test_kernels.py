@@ -144,6 +144,33 @@ def brought_in(x, how):
     return out
 
 
+KEPT, CONSTANT = torch.ones(300), torch.ones(16)
+
+
+def unseen(x, how):
+    """A kernel's input that no operator of the call made: from bytes, a storage set_() onto, the pickle
+    torch.save wrote, kept from before the call; or a small constant, or the call's own work ("own")."""
+    import io
+    import numpy
+
+    def pickled(t):
+        buffer = io.BytesIO()
+        torch.save(t, buffer, _use_new_zipfile_serialization=False)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=True)
+    ones = numpy.ones(300, dtype=numpy.float32)
+    source = {"from bytes": lambda: torch.empty(0).set_(torch.UntypedStorage.from_buffer(ones.tobytes(), dtype=torch.uint8)),
+              "copied from bytes": lambda: torch.empty(300).copy_(torch.empty(0).set_(
+                  torch.UntypedStorage.from_buffer(ones.tobytes(), dtype=torch.uint8))),
+              "pickled": lambda: pickled(torch.ones(300)) * 1.0,
+              "kept": lambda: KEPT,
+              "constant": lambda: CONSTANT,
+              "own": lambda: torch.ones(300) * x[0]}[how]()
+    out = torch.empty(16)
+    copy_kernel[(1,)](source, out, 16, BLOCK=16, MASKED=True)
+    return out
+
+
 def half_stored(x):
     out = torch.zeros_like(x)
     copy_kernel[(triton.cdiv(x.numel(), 16),)](x, out, x.numel() // 2, BLOCK=16, MASKED=True)
@@ -272,6 +299,23 @@ def test_a_counted_call_computes_on_memory_torch_keeps_to_itself(student):
         assert words in raised.value.message, how
         assert torch.equal(student.call("brought_in", x, how)["output"], torch.full((16,), 2.0)), how
     work = student.call("brought_in", x, "own", count=True)["work"]
+    assert work.intact and work.launches == 1 and work.foreign_tensors == 0
+
+
+def test_a_counted_call_reads_only_what_it_was_given_or_made(student):
+    """Provenance, not the memory's properties: a tensor no operator of the counted call made (a storage
+    from bytes set_() onto, the bytes copied into a tensor torch made, torch.load of a pickle, a tensor kept
+    from before the call) refuses the call past the 256 numbers that may come from elsewhere, naming why;
+    uncounted the same calls run; a small constant kept from before passes (and is foreign to the kernel);
+    the call's own work is counted as before."""
+    x = torch.ones(16)
+    for how in ("from bytes", "copied from bytes", "pickled", "kept"):
+        with pytest.raises(StudentError) as raised:
+            student.call("unseen", x, how, count=True)
+        assert "that no operation of the call made" in raised.value.message, how
+        assert torch.equal(student.call("unseen", x, how)["output"], torch.full((16,), 2.0)), how
+    assert student.call("unseen", x, "constant", count=True)["work"].foreign_tensors == 1
+    work = student.call("unseen", x, "own", count=True)["work"]
     assert work.intact and work.launches == 1 and work.foreign_tensors == 0
 
 

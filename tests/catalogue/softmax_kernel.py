@@ -249,6 +249,20 @@ def triton_softmax(x):
     Gaming("the softmax in NumPy on the bytes torch.save wrote, copied into a torch tensor for a copying kernel",
            SOLUTION + _NUMPY_SOFTMAX.replace("BROUGHT_BACK", "torch.empty(rows, cols).copy_(torch.from_numpy(answer))"),
            loses=("the_kernel_does_the_work",), says="work was done outside torch"),
+    # The same answer brought back as a tensor torch itself allocated and can resize, which no operator of the
+    # call made: a storage made from its bytes and set_() onto a tensor, or torch.load of the pickle torch.save
+    # wrote with NumPy's bytes in place of x's.  A counted call reads only what it was given and what its own
+    # operators made (counter.NOT_SEEN: provenance, not the memory's properties), so neither comes back in.
+    Gaming("the softmax in NumPy on the bytes torch.save wrote, brought back through a storage made from its bytes",
+           SOLUTION + _NUMPY_SOFTMAX.replace("BROUGHT_BACK", (
+               "torch.empty(rows, cols).copy_(torch.empty(0, dtype=torch.float32).set_("
+               "torch.UntypedStorage.from_buffer(answer.tobytes(), dtype=torch.uint8)).view(rows, cols))")),
+           loses=("the_kernel_does_the_work",), says="work was done outside torch"),
+    Gaming("the softmax in NumPy on the bytes torch.save wrote, brought back by torch.load of that pickle with "
+           "NumPy's bytes in place of x's", SOLUTION + _NUMPY_SOFTMAX.replace("BROUGHT_BACK", (
+               "(np.concatenate([np.fromfile(path, dtype=np.uint8)[:-answer.nbytes], answer.view(np.uint8).ravel()])"
+               ".tofile(path), torch.load(path))[1]")),
+           loses=("the_kernel_does_the_work",), says="work was done outside torch"),
     Gaming("torch's softmax, with a kernel launched beside it", SOLUTION.replace(
         "    return out\n", "    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"),
         loses=("the_kernel_does_the_work",), says="exponential or softmax operation"),

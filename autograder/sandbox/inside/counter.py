@@ -17,8 +17,8 @@ tensor may not become a NumPy array while a call is counted (Tensor.numpy and __
 `install` wraps them in the worker before any submission's code, so a reference taken by a
 submission is the wrapper); nor a Python list (Tensor.tolist, a storage's tolist, __dlpack__); nor Python
 numbers one by one (Tensor.item, float(t): more than SCALAR_BUDGET of them); and the call computes on
-memory torch keeps to itself (NOT_TORCHS: no NumPy array's, buffer's or file's memory, none shared
-or lent out), so work done outside torch has no way back into the answer.  The count cannot be emptied from inside the call (it lives in this
+what it was given and what its own counted operations made (provenance: NOT_SEEN, NOT_TORCHS), so work
+done outside torch has no way back into the answer.  The count cannot be emptied from inside the call (it lives in this
 module's closure, which the trusted side's reading of the code forbids reaching, rules.py); the
 worker checks after the call that the counter is still the active mode and still counts
 (`Counted.intact`), and the grader holds the child to one thread during the call (cgroup.py), so
@@ -35,7 +35,7 @@ import torch
 import torch.utils.dlpack
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "outside", "own_array", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
+__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "admit", "own_array", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
 DEPENDS = ()   # the modules of sandbox/inside/ this one imports by name
 
 aten = torch.ops.aten
@@ -120,14 +120,21 @@ class NotCountable(RuntimeError):
 
 NOT_COUNTABLE = ("a tensor was turned into a NumPy array or a Python list during a call whose work is counted: "
                  "work done on them cannot be counted, so keep the call's work in torch (or in the kernel)")
-# A counted call computes on memory torch keeps to itself.  Memory lent to torch (a NumPy array's, a
-# buffer's, a file's: torch.from_numpy, frombuffer, as_tensor, torch.load, DLPack; torch cannot resize
-# it), memory shared with other processes, and memory torch lent out (Tensor.numpy, __array__ and
-# __dlpack__ at any time before the call) can be read and written by code the count does not see, so
-# a counted call that hands any of it to an operator, or launches a kernel on it (kernels.py), is
-# refused: deny by default, whatever took the numbers out or brings them back (torch.save, a file, a
-# buffer, NumPy).  Numbers brought in from Python (torch.tensor of a list or an array: lift_fresh; the
-# distinct numbers handed to operators, out[i].fill_(v)) share SCALAR_BUDGET with those taken out one by one.
+# A counted call computes on what it was given and on what its own counted operations made: provenance,
+# deny by default.  Every tensor an operator is handed (or a kernel is launched on, kernels.py) must be
+# one of the call's inputs (Counted's `given`: the grader's fresh copies), or made during the call by an
+# operator the count saw (a factory, torch.empty, arange, ... or any computation), or a view of one of
+# these.  Anything else (a tensor made from bytes, a storage set_() onto, pickle, torch.load, NumPy, a
+# storage's own constructors, or a tensor kept from before the call) is numbers brought in from outside
+# the count: they share SCALAR_BUDGET with the numbers taken out by item() (a small constant passes),
+# and past it the call is refused (NOT_SEEN).  Whatever took the numbers out (torch.save, a file, a
+# buffer), nothing made outside the count comes back in: how it was made does not matter, only that
+# the count did not see it made.  Memory that code outside torch can still write during the call is
+# refused whatever its size (NOT_TORCHS): memory lent to torch (a NumPy array's, a buffer's, a file's:
+# torch cannot resize it), memory shared with other processes, memory torch lent out (Tensor.numpy,
+# __array__ and __dlpack__ at any time before the call).  And the memory an allocation hands out
+# uninitialised (torch.empty, a growing resize_) is filled before the call sees it (UNINITIALISED), so
+# what NumPy left in freed memory is not read back through it.
 NOT_TORCHS = ("a tensor in {why} was used during a call whose work is counted: work done on it outside torch "
               "(NumPy, a buffer, a file) cannot be counted, so keep the call's work in torch (or in the kernel), "
               "on the tensors it is given and those it makes")
@@ -135,6 +142,13 @@ TOO_MANY_NUMBERS = (f"more than {SCALAR_BUDGET} numbers moved between torch and 
                     "counted (numbers brought in from Python by torch.tensor of a list or an array or handed to "
                     "operators one by one, or taken out by item() and float(t)): work done on them cannot be counted, "
                     "so keep the call's work in torch (or in the kernel)")
+NOT_SEEN = ("a tensor of {numbers} numbers that no operation of the call made (made from bytes, a storage, a file, "
+            "pickle or NumPy, or kept from before the call) was used during a call whose work is counted: work done "
+            "outside torch cannot be counted, so keep the call's work in torch (or in the kernel), on the tensors "
+            f"it is given and those its operations make (at most {SCALAR_BUDGET} numbers may come from elsewhere)")
+# The allocations whose memory is handed out uninitialised (filled during a counted call).
+UNINITIALISED = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided,
+                 aten.empty_permuted, aten.resize_, aten.resize_as_}
 # The ways of lending a tensor's memory to code outside torch (noted at any time, refused during a call).
 LENDING = ("numpy", "__array__", "__dlpack__", "to_dlpack")
 # The ways to hand a tensor's numbers to code the count does not see, refused during a counted call.
@@ -158,11 +172,25 @@ def _computed_elements(out):
     return 0
 
 
-# Operators whose Python number arguments are values written into a tensor (as torch.tensor's are), so
-# their integers count among the numbers brought in, not only their floats; elsewhere an integer is a
-# size, an index or a dimension.
-VALUE_OPERATORS = {aten.fill, aten.fill_, aten.full, aten.full_like, aten.new_full, aten.scalar_tensor,
-                   aten.masked_fill, aten.masked_fill_, aten.index_fill, aten.index_fill_, aten.where}
+# Which of an operator's Python numbers are values brought in (as torch.tensor's are), read from its schema:
+# a float anywhere, and an integer unless the argument is declared an integer (a size, a dimension, an
+# index, a dtype): torch.arange(k), torch.full(size, k), x + k and fill_(k) bring k in, x[k] and
+# torch.empty(k) do not.
+@functools.lru_cache(maxsize=None)
+def _value_arguments(func):
+    """(positions, names) of the operator's arguments whose integers are values, not sizes or indices."""
+    values = [(position, argument.name) for position, argument in enumerate(func._schema.arguments)
+              if "int" not in str(argument.type).lower()]
+    return frozenset(position for position, _ in values), frozenset(name for _, name in values)
+
+
+def _brought(func, args, kwargs):
+    """The Python numbers an operator's arguments bring in as values (_value_arguments)."""
+    positions, names = _value_arguments(func)
+    for position, value in enumerate(args):
+        yield from _numbers(value, position in positions)
+    for name, value in (kwargs or {}).items():
+        yield from _numbers(value, name in names)
 
 
 def _numbers(value, integers):
@@ -193,14 +221,14 @@ def _make():
     total, exponentials, elementwise, scalars, counting, made = [0], [0], [0], [0], [False], [None]
     lent = {}   # storage address -> weak reference to the storage torch lent out there
     brought = set()   # the distinct Python numbers operators were handed during the call
+    seen = {}   # id(storage) -> (weak reference, address): what the call may read (given, or made in it)
 
     def outside(tensor):
-        """Where a tensor's memory is, when it is not torch's own ("" when it is)."""
+        """Where a tensor's memory is, when code outside torch can write it ("" when it cannot)."""
         if tensor.device.type != "cpu":
             return ""
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):   # a tensor without storage
+        storage = _storage(tensor)
+        if storage is None:
             return ""
         if storage.is_shared():
             return "shared memory"
@@ -221,26 +249,84 @@ def _make():
         except (RuntimeError, NotImplementedError, TypeError):
             pass
 
+    def is_seen(storage):
+        """The same storage object, still at the address it had when the count saw it made or given (a
+        storage moved or swapped under it since, outside the count, is not)."""
+        entry = seen.get(id(storage))
+        return entry is not None and entry[0]() is storage and entry[1] == storage.data_ptr()
+
+    def see(storage):
+        try:
+            seen[id(storage)] = (weakref.ref(storage), storage.data_ptr())
+        except TypeError:   # a storage that takes no weak reference is never seen
+            pass
+
+    def give(values):
+        """The call's inputs (and with a module's step, the module's own tensors): readable from the start."""
+        seen.clear()
+        for tensor in _tensors(values):
+            storage = _storage(tensor)
+            if storage is not None:
+                see(storage)
+
+    def charge(numbers, message):
+        scalars[0] += numbers
+        if scalars[0] + len(brought) > SCALAR_BUDGET:
+            raise NotCountable(message)
+
+    def admit(tensor, message=None):
+        """A tensor handed to an operator or a kernel during a counted call: refused when code outside
+        torch can write its memory; one the count did not see given or made is numbers brought in from
+        outside, charged (then seen), refused past SCALAR_BUDGET."""
+        if not counting[0]:
+            return
+        why = outside(tensor)
+        if why:
+            raise NotCountable(NOT_TORCHS.format(why=why))
+        storage = _storage(tensor)
+        if storage is None or storage.nbytes() == 0 or is_seen(storage):
+            return
+        numbers = max(1, storage.nbytes() // max(1, tensor.element_size()))
+        charge(numbers, message or NOT_SEEN.format(numbers=numbers))
+        see(storage)
+
     def check_memory(func, args, kwargs):
+        """Before an operator runs: what it is handed (admit), and the numbers brought in or taken out.
+        Returns the storages handed to it as storages that the count did not see (set_), whose tensors the
+        operator's result does not make seen."""
+        lifted = func.overloadpacket is aten.lift_fresh   # numbers brought in from Python (torch.tensor)
         for tensor in _tensors((args, kwargs)):
-            why = outside(tensor)
-            if why:
-                raise NotCountable(NOT_TORCHS.format(why=why))
-        if func.overloadpacket is aten.lift_fresh:   # numbers brought in from Python
-            scalars[0] += sum(tensor.numel() for tensor in _tensors(args))
-        elif func.overloadpacket is aten._local_scalar_dense:   # a number taken out to Python
-            scalars[0] += 1
+            admit(tensor, TOO_MANY_NUMBERS if lifted else None)
+        if func.overloadpacket is aten._local_scalar_dense:   # a number taken out to Python
+            charge(1, TOO_MANY_NUMBERS)
         # Numbers handed to an operator one call at a time (out[i].fill_(v), x + v): the distinct ones count
         # (a scale, -inf or 0 used again and again is one number).
-        brought.update(_numbers((args, kwargs), func.overloadpacket in VALUE_OPERATORS))
-        if scalars[0] + len(brought) > SCALAR_BUDGET:
-            raise NotCountable(TOO_MANY_NUMBERS)
+        brought.update(_brought(func, args, kwargs))
+        charge(0, TOO_MANY_NUMBERS)
+        return {id(storage) for storage in _storages_in((args, kwargs)) if not is_seen(storage)}
+
+    def note_seen(func, args, kwargs, out, unseen, before):
+        """After an operator ran in a counted call: what it made is seen (its results' storages, but for
+        one handed to it as an unseen storage), and memory it allocated uninitialised is filled."""
+        for tensor in _tensors(out):
+            storage = _storage(tensor)
+            if storage is None or id(storage) in unseen:
+                continue
+            if func.overloadpacket in UNINITIALISED and storage.nbytes() > before.get(id(storage), 0):
+                _fill(storage, before.get(id(storage), 0), tensor.dtype)
+            see(storage)
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            unseen = before = None
             if counting[0]:
-                check_memory(func, args, kwargs)
+                unseen = check_memory(func, args, kwargs)
+                if func.overloadpacket in UNINITIALISED:   # the sizes of what a resize_ may grow
+                    before = {id(storage): storage.nbytes() for storage in map(_storage, _tensors(args))
+                              if storage is not None}
             out = func(*args, **(kwargs or {}))
+            if unseen is not None:
+                note_seen(func, args, kwargs, out, unseen, before or {})
             if made[0] is not None:
                 _note_made(func, args, kwargs, out, made[0])
             cost = COSTS.get(func.overloadpacket)
@@ -269,10 +355,11 @@ def _make():
     def read_exponentials():
         return exponentials[0]
 
-    def switch(on):
+    def switch(on, given=()):
         counting[0] = on
         scalars[0] = 0
         brought.clear()
+        give(given if on else ())
 
     def refusing(original, lends):
         def wrapper(self, *args, **kwargs):
@@ -298,7 +385,38 @@ def _make():
         """The grader's own NumPy view of a tensor (kernels.Tally.note_call), not noted as lent."""
         return originals.get((torch.Tensor, "numpy"), torch.Tensor.numpy)(tensor)
 
-    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made, outside, own_array
+    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made, admit, own_array
+
+
+def _storage(value):
+    """The untyped storage of a tensor or a storage (None for a tensor without one)."""
+    try:
+        if isinstance(value, torch.Tensor):
+            return value.untyped_storage()
+        return value.untyped() if isinstance(value, torch.TypedStorage) else value
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _storages_in(value):
+    """The storages handed to an operator as storages (set_'s source), in tuples, lists and dicts."""
+    if isinstance(value, (torch.UntypedStorage, torch.TypedStorage)):
+        found = _storage(value)
+        if found is not None:
+            yield found
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _storages_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _storages_in(item)
+
+
+def _fill(storage, start, dtype):
+    """Memory an allocation handed out uninitialised, from byte `start` on, filled as torch's own
+    fill_uninitialized_memory does (floating point NaN; here every byte 0xff, booleans true)."""
+    flat = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    flat[start:].fill_(1 if dtype is torch.bool else 255)
 
 
 def storages(values):
@@ -326,13 +444,14 @@ def _note_made(func, args, kwargs, out, made):
         pass
 
 
-_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made, outside, own_array = _make()
+_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made, admit, own_array = _make()
 
 
 class Counted:
-    """with Counted() as counted: ...the student's call...; then counted.flops, counted.exponentials
-    (torch's exp and softmax operators run) and counted.intact (entered several times, it adds up
-    the calls)."""
+    """with Counted().on(inputs) as counted: ...the student's call...; then counted.flops,
+    counted.exponentials (torch's exp and softmax operators run) and counted.intact (entered several
+    times, it adds up the calls).  `on` names what the call is given (tensors, in lists, tuples and
+    dicts): the only tensors it may read beside those its own operators make (NOT_SEEN)."""
 
     def __init__(self, allocations=False):
         # A dispatch mode's first entry imports torch's dynamo stack (torch._dynamo, about a second), which fails
@@ -341,13 +460,19 @@ class Counted:
         import torch._dynamo  # noqa: F401
         self.flops, self.exponentials, self.elementwise, self.intact, self.made = 0, 0, 0, True, set()
         self.allocations = allocations   # also note the storages torch allocates (a kernel assignment's call)
+        self.given = ()
+
+    def on(self, *given):
+        """What the next entry's call is given."""
+        self.given = given
+        return self
 
     def __enter__(self):
         self.mode = _Counting()
         self.start, self.start_exponentials, self.start_elementwise = _read(), _read_exponentials(), _read_elementwise()
         _take_made(track=self.allocations)
         self.mode.__enter__()
-        _switch(True)
+        _switch(True, self.given)
         return self
 
     def __exit__(self, *exc):
@@ -373,7 +498,7 @@ class Counted:
 class Work:
     """The one count of a counted call's work, as every counted reply carries it:
 
-        with Work(kernels) as work: ...the student's call (or a module's counted steps)...
+        with Work(kernels).on(inputs) as work: ...the student's call (or a module's counted steps)...
         reply["work"] = work.reply(output, arguments)
 
     torch's share is counted by the dispatch mode above (`Counted`); with `kernels` (the kernels.py
@@ -398,6 +523,11 @@ class Work:
         self.kernels = kernels
         self.torch = Counted(allocations=kernels is not None)
         self.tally = None
+
+    def on(self, *given):
+        """What the next entry's call is given (Counted.on): its inputs, and a module's own tensors."""
+        self.torch.on(*given)
+        return self
 
     def __enter__(self):
         self.torch.__enter__()

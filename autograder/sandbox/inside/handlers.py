@@ -215,11 +215,12 @@ def guarded(request):
         GUARD.check()
 
 
-def work_count(wanted, kernels=None):
+def work_count(wanted, kernels=None, given=()):
     """The count of a call's work (counter.Work) when wanted, else a context that does nothing;
     kernels: the kernels module where their share is counted too (a call in a kernel assignment's
-    child: KERNELS; a module's steps, entered one after another, count torch's share alone)."""
-    return Work(kernels) if wanted else contextlib.nullcontext()
+    child: KERNELS; a module's steps, entered one after another, count torch's share alone); given:
+    the call's inputs, the only tensors it may read beside those its operators make (Work.on)."""
+    return Work(kernels).on(given) if wanted else contextlib.nullcontext()
 
 
 def moved(value, device):
@@ -247,7 +248,7 @@ def call(request):
         args, kwargs = moved(args, device), moved(kwargs, device)
     if request.get("grad"):
         args = requires_grad(args)
-    work = work_count(request.get("count"), KERNELS)
+    work = work_count(request.get("count"), KERNELS, (args, kwargs))
     with TimeLimit(request["timeout"]), guarded(request):
         torch.manual_seed(request.get("seed", 0))
         with work:
@@ -353,7 +354,9 @@ def module(request):
             if request.get("grad"):
                 args = requires_grad(args)
             step_args.append(args)
-            with work if step.get("count") else contextlib.nullcontext():
+            with work.on(args, step["kwargs"], step.get("set_parameters"), list(instance.parameters()),
+                         list(instance.buffers()), held_tensors(instance)) if step.get("count") \
+                    else contextlib.nullcontext():   # a step may read its inputs and the module's own tensors
                 if step.get("set_parameters"):  # the grader changes parameters between two steps
                     set_parameters(instance, step["set_parameters"], request["cls"])
                     result = None
