@@ -135,7 +135,7 @@ class Assignment:
     due: datetime = None    # with a time zone; None: no due date
     release: datetime = None  # when students get it (the student kit); None: see Course.released
     summary: str = ""         # what it teaches, in a line (the README's table of assignments)
-    kernels: str = ""         # "triton": its answers are Triton kernels (run by Triton's interpreter without a GPU)
+    kernel_kind: str = ""     # course.yml's `kernels`: "triton", its answers are Triton kernels (run by Triton's interpreter without a GPU)
     packages: tuple = ()      # what it needs beyond the course's core, pinned in requirements.txt (e.g. triton)
     feedback_values: str = "after_due"  # course.yml's feedback: {values: ...}, see FEEDBACK_VALUES
     checks: CheckPolicy = field(default_factory=CheckPolicy)  # course.yml's checks: (the check server's policy)
@@ -228,13 +228,13 @@ class Course:
     def kernel_kind(self, *assignments):
         """The kind of kernels (course.yml's `kernels`, e.g. "triton") the assignments' answers write, or
         "" where none does: what a worker that grades them prepares at its start."""
-        return next((assignment.kernels for assignment in assignments if assignment.kernels), "")
+        return next((assignment.kernel_kind for assignment in assignments if assignment.kernel_kind), "")
 
     def uses_dynamo(self, *assignments):
         """Whether grading any of the assignments runs what imports torch's dynamo stack in the
         student's process (about a second, which the warm worker then pays once): hidden tests that
         count work (course.yml's measured tests, kernels), or a solution that trains with an optimiser."""
-        return any(bool(assignment.kernels) or any(exercise.measured for exercise in assignment.exercises)
+        return any(bool(assignment.kernel_kind) or any(exercise.measured for exercise in assignment.exercises)
                    or any(_mentions(self.source_notebook(assignment, notebook), "torch.optim")
                           for notebook in assignment.notebooks)
                    for assignment in assignments)
@@ -275,7 +275,7 @@ VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 KERNEL_KINDS = ("triton",)
 
 
-def _kernels(value, where):
+def _kernel_kind(value, where):
     if value in (None, ""):
         return ""
     if value not in KERNEL_KINDS:
@@ -427,7 +427,7 @@ def load_course(path=None):
         assignments.append(Assignment(
             id=str(raw_assignment["id"]), title=str(raw_assignment.get("title", raw_assignment["id"])),
             summary=str(raw_assignment.get("summary", "")),
-            kernels=_kernels(raw_assignment.get("kernels"), where),
+            kernel_kind=_kernel_kind(raw_assignment.get("kernels"), where),
             packages=_packages(raw_assignment.get("packages"), where),
             feedback_values=_feedback(raw_assignment.get("feedback"), feedback_values, where),
             checks=_check_policy(raw_assignment.get("checks"), checks, where), late_policy=late_policy,

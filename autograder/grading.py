@@ -97,7 +97,7 @@ class Grader:
             variant = self.variants.draw(assignment, notebook, student_id)
             others = lambda: self.variants.others(assignment, notebook, student_id, classmates)  # noqa: E731 (when asked)
             files = {FILENAME: self.variants.file_text(assignment, student_id)}
-        process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernels,
+        process = StudentProcess(self.worker, program.cells, assignment.limits, assignment.kernel_kind,
                                  self.course.uses_dynamo(assignment), files)
         sandbox = self._live_sandbox()   # the one sandbox every call of this submission must run in
         try:
@@ -111,14 +111,14 @@ class Grader:
             loaded = time.monotonic()
             def as_student(running):
                 return Student(running, [e.id for e in notebook.exercises if e.from_scratch],
-                               device="cuda" if assignment.kernels and kernel_device() == "cuda" else None,
+                               device="cuda" if assignment.kernel_kind and kernel_device() == "cuda" else None,
                                variant=variant, others=others, values_shown=assignment.feedback_values_shown(now),
                                released=released_cells(course_notebook(instructor)))
 
             def course_answers():   # the solution notebook as a submission: whose an error inside the grader is
                 answers = StudentProcess(self.worker, load_program(self.course.source_notebook(assignment, notebook),
                                                                    None, instructor).cells,
-                                         assignment.limits, assignment.kernels,
+                                         assignment.limits, assignment.kernel_kind,
                                          self.course.uses_dynamo(assignment), files)
                 answers.start()
                 return as_student(answers)
@@ -183,7 +183,7 @@ def open_grader(course, body, assignments=None, started=None):
     chosen = [assignment for assignment in course.assignments if assignments is None or assignment.id in assignments]
     variants = Variants.of(course)
     variants.require_keys(chosen)   # no secret, no grading of a notebook with variants: said before any work
-    with Worker(course.limits, warm=course.uses_dynamo(*chosen), kernels=course.kernel_kind(*chosen)) as worker:
+    with Worker(course.limits, warm=course.uses_dynamo(*chosen), kernel_kind=course.kernel_kind(*chosen)) as worker:
         worker.start(started)
         exercises = [exercise for assignment in chosen for exercise in assignment.exercises]
         return with_suites(exercises, lambda suites: body(Grader(course, worker, suites, variants)))

@@ -181,7 +181,7 @@ class Service:
         self.warm = course.uses_dynamo(*course.assignments)
         # Spares prepare the course's kernels (Triton: a few tenths of a second in a worker that has torch) at
         # their start: a run of a kernel assignment would otherwise pay it at its first fork, in every grading process.
-        self.kernels = course.kernel_kind(*course.assignments)
+        self.kernel_kind = course.kernel_kind(*course.assignments)
         self.pool = SandboxPool()   # the spares, started between runs
         self.runs = {}          # pid of a child running a command -> (its pipe, the pool of spares it was offered)
         self.restart = False
@@ -195,7 +195,7 @@ class Service:
         self.refill()
 
     def refill(self):
-        self.pool.fill(self.jobs, self.sandboxed, self.warm, self.kernels)
+        self.pool.fill(self.jobs, self.sandboxed, self.warm, self.kernel_kind)
 
     def listen(self):
         path = socket_path(self.root)

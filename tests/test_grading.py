@@ -493,7 +493,7 @@ def test_a_class_run_takes_the_costliest_submissions_first():
     tasks = [Task(f"s{index}", assignment.id, "") for index in range(2) for assignment in COURSE.assignments]
     ordered = costliest_first(COURSE, tasks)
     assert sorted(ordered, key=lambda task: task.key) == sorted(tasks, key=lambda task: task.key)
-    kinds = [(bool(COURSE.assignment(task.assignment).kernels),
+    kinds = [(bool(COURSE.assignment(task.assignment).kernel_kind),
               any(exercise.measured for exercise in COURSE.assignment(task.assignment).exercises)) for task in ordered]
     assert kinds == sorted(kinds, reverse=True) and kinds[0] == (True, True) and kinds[-1] == (False, False)
     for assignment in COURSE.assignments:

@@ -224,8 +224,8 @@ def prepared():
 """
 
 
-@pytest.mark.parametrize("kernels", ["triton", ""])
-def test_a_worker_started_for_kernels_is_ready_with_them_prepared(kernels):
+@pytest.mark.parametrize("kernel_kind", ["triton", ""])
+def test_a_worker_started_for_kernels_is_ready_with_them_prepared(kernel_kind):
     """Started for a kernel assignment (as grade-class and the grading service start them), the worker
     prepares the kernels before it says it is ready: Triton loaded, the interpreter's wrappers in place and
     the GPU compiler's first check done (its own kernel's); a child forked without asking for kernels finds
@@ -235,16 +235,16 @@ def test_a_worker_started_for_kernels_is_ready_with_them_prepared(kernels):
 
     import psutil
 
-    with Worker(LIMITS, kernels=kernels) as worker:
+    with Worker(LIMITS, kernel_kind=kernel_kind) as worker:
         worker.start()
         assert select.select([worker.control], [], [], 120)[0], "the worker never said it was ready"
         sandbox = psutil.Process(worker.process.pid)
         python = [p for p in [sandbox, *sandbox.children(recursive=True)] if "worker.py" in " ".join(p.cmdline())]
         maps = "".join(open(f"/proc/{p.pid}/maps").read() for p in python)
-        assert ("libtriton" in maps) == bool(kernels)
+        assert ("libtriton" in maps) == bool(kernel_kind)
         with StudentProcess(worker, [Cell("probe", PREPARED)], LIMITS) as process:
             found = Student(process).call("prepared")["output"]
-    assert found == (["kernels", 1] if kernels else ["triton.runtime.interpreter", None])
+    assert found == (["kernels", 1] if kernel_kind else ["triton.runtime.interpreter", None])
 
 
 def test_products_count_only_when_their_results_reach_a_store(student):
@@ -380,7 +380,7 @@ def test_a_strided_tensor_that_reaches_past_its_memory_is_refused():
     assert protocol.decode(encoded, strided=True).tolist() == [0.0, 3.0, 6.0, 9.0]
 
 
-KERNEL_ASSIGNMENTS = [assignment for assignment in COURSE.assignments if assignment.kernels]
+KERNEL_ASSIGNMENTS = [assignment for assignment in COURSE.assignments if assignment.kernel_kind]
 # The Triton whose interpreter grades where there is no GPU (requirements.txt).
 PINNED_TRITON = re.search(r"^triton==([\w.]+)", (ROOT / "requirements.txt").read_text(), re.M).group(1)
 

@@ -19,12 +19,12 @@ class SandboxPool:
     def __len__(self):
         return len(self.spares)
 
-    def fill(self, count, sandboxed, warm=False, kernels=""):
-        """Start sandboxes until the pool holds `count` (jail.Started: warm, kernels)."""
+    def fill(self, count, sandboxed, warm=False, kernel_kind=""):
+        """Start sandboxes until the pool holds `count` (jail.Started: warm, kernel_kind)."""
         while len(self.spares) < count:
-            self.spares.append(Started(sandboxed, warm, kernels))
+            self.spares.append(Started(sandboxed, warm, kernel_kind))
 
-    def take(self, sandboxed, warm=False, kernels=""):
+    def take(self, sandboxed, warm=False, kernel_kind=""):
         """A spare that is still alive and sandboxed alike (told to warm up as asked if it was not), or a
         new one."""
         self.warmed = bool(self.warmed) or warm
@@ -32,9 +32,9 @@ class SandboxPool:
             spare = self.spares.pop()
             self.taken.append(spare.process.pid)   # used, or not usable: not to be offered again either way
             if spare.sandboxed == sandboxed and spare.control is not None and not spare.exited():
-                spare.prepare(warm, kernels)
+                spare.prepare(warm, kernel_kind)
                 return spare
-        return Started(sandboxed, warm, kernels)
+        return Started(sandboxed, warm, kernel_kind)
 
     def take_for(self, course, assignments):
         """A sandbox for grading the course's given assignments (of their ids): sandboxed as course.yml says,

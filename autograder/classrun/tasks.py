@@ -234,6 +234,6 @@ def costliest_first(course, tasks):
     so that a run ends on short submissions and its grading processes finish together."""
     def cost(task):
         assignment = course.assignment(task.assignment)
-        return (bool(assignment.kernels), sum(len(exercise.measured) for exercise in assignment.exercises),
+        return (bool(assignment.kernel_kind), sum(len(exercise.measured) for exercise in assignment.exercises),
                 len(assignment.exercises))
     return sorted(tasks, key=cost, reverse=True)   # stable: in the order given within an assignment

@@ -176,7 +176,7 @@ class Pool:
     def __init__(self, course, assignments, jobs, capacity, usage):
         self.course, self.assignments, self.jobs = course, list(assignments), jobs
         chosen = [course.assignment(assignment) for assignment in self.assignments]
-        self.warm, self.kernels = course.uses_dynamo(*chosen), course.kernel_kind(*chosen)
+        self.warm, self.kernel_kind = course.uses_dynamo(*chosen), course.kernel_kind(*chosen)
         self.usage = usage   # server.Usage: spent(student), start(job) as a check is queued, spend(job) as it ends
         self.queue = FairQueue(capacity, usage.spent)
         self.context = multiprocessing.get_context("fork")
@@ -189,7 +189,7 @@ class Pool:
             self.slots.append(self._spawn())
 
     def _spawn(self):
-        sandbox = Started(self.course.limits.sandboxed, self.warm, self.kernels)
+        sandbox = Started(self.course.limits.sandboxed, self.warm, self.kernel_kind)
         ours, theirs = self.context.Pipe()
         process = self.context.Process(target=_grading_process, daemon=True,
                                        args=(self.course, self.assignments, sandbox, theirs,

@@ -240,12 +240,12 @@ class Started:
     and only the process that started it reaps it (the grading service keeps some started ahead:
     classrun.sandboxes.SandboxPool)."""
 
-    def __init__(self, sandboxed, warm=False, kernels=""):
+    def __init__(self, sandboxed, warm=False, kernel_kind=""):
         """warm: the worker imports torch's dynamo stack once it is ready (worker.warm_dynamo);
-        kernels: it prepares what the kernels of that kind need (course.yml's `kernels`: Triton, its
+        kernel_kind: it prepares what the kernels of that kind need (course.yml's `kernels`: Triton, its
         interpreter and compiler, worker.prepare_kernels); both while the grader is still busy with
         its own start, instead of at the first child's fork."""
-        self.sandboxed, self.warm, self.kernels = sandboxed, warm, kernels
+        self.sandboxed, self.warm, self.kernel_kind = sandboxed, warm, kernel_kind
         if sandboxed:
             probe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -257,19 +257,19 @@ class Started:
                                         env={**ENVIRONMENT, **kernel_environment()})
         theirs.close()
         self.control = ours
-        self._warm(warm, kernels)
+        self._warm(warm, kernel_kind)
         self.starter = os.getpid()
         self.pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
 
-    def _warm(self, dynamo, kernels):
+    def _warm(self, dynamo, kernel_kind):
         """Tell the worker what to prepare (read once it is ready; it sends no answer)."""
-        if dynamo or kernels:
-            self.control.send(json.dumps({"op": "warm", "dynamo": bool(dynamo), "kernels": kernels}).encode())
+        if dynamo or kernel_kind:
+            self.control.send(json.dumps({"op": "warm", "dynamo": bool(dynamo), "kernel_kind": kernel_kind}).encode())
 
-    def prepare(self, warm=False, kernels=""):
+    def prepare(self, warm=False, kernel_kind=""):
         """Taken over by grading that wants it warm, or with kernels of a kind: told what it lacks of that."""
-        self._warm(warm and not self.warm, kernels if kernels != self.kernels else "")
-        self.warm, self.kernels = self.warm or warm, self.kernels or kernels
+        self._warm(warm and not self.warm, kernel_kind if kernel_kind != self.kernel_kind else "")
+        self.warm, self.kernel_kind = self.warm or warm, self.kernel_kind or kernel_kind
 
     def ready(self):
         """Whether the worker has said it is ready (its torch imported), without reading the message."""

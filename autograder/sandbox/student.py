@@ -76,10 +76,10 @@ class CellReport:
 class Worker:
     """The warm worker: started once in the sandbox, forks one child per submission."""
 
-    def __init__(self, limits, warm=False, kernels=""):
+    def __init__(self, limits, warm=False, kernel_kind=""):
         self.limits = limits
         self.warm = warm               # its children use torch's dynamo stack (jail.Started)
-        self.kernels = kernels         # ... and kernels of this kind (course.yml's `kernels`), prepared at its start
+        self.kernel_kind = kernel_kind  # ... and kernels of this kind (course.yml's `kernels`), prepared at its start
         self.sandbox = None            # jail.Started: the sandbox's process, control socket and stderr
         self.ready = False
         self.accounting = None         # the children's cgroups (sandbox/cgroup.py), when the OS lets us
@@ -129,7 +129,7 @@ class Worker:
         """Start the worker (it imports torch while the caller goes on; the first order waits for
         it), or take over one already started (jail.Started); raise jail.SandboxUnavailable when
         the sandbox cannot be built here."""
-        self.sandbox = started or jail.Started(self.limits.sandboxed, self.warm, self.kernels)
+        self.sandbox = started or jail.Started(self.limits.sandboxed, self.warm, self.kernel_kind)
         self.ready = False
 
     def _wait_ready(self):
@@ -172,19 +172,19 @@ class Worker:
     def _tell(self, order, fds=()):
         socket.send_fds(self.control, [json.dumps(order).encode()], list(fds))
 
-    def fork(self, memory_mb, kernels="", warm=False):
-        """A fresh child for one submission; returns (pid, request fd, reply fd).  kernels: what the
+    def fork(self, memory_mb, kernel_kind="", warm=False):
+        """A fresh child for one submission; returns (pid, request fd, reply fd).  kernel_kind: what the
         assignment's kernels need imported first (course.yml's `kernels`, e.g. "triton"); warm: the
         child will use torch's dynamo stack, which the worker then imports first (once)."""
         requests_read, requests_write = os.pipe()
         replies_read, replies_write = os.pipe()
         order = {"op": "fork", "memory_mb": memory_mb}
-        if kernels:
-            order["kernels"] = kernels
+        if kernel_kind:
+            order["kernel_kind"] = kernel_kind
         if warm:
             order["warm"] = True
         try:
-            reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernels else CONTROL_TIMEOUT)
+            reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT)
         except WorkerError:
             for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)
@@ -235,9 +235,9 @@ class Worker:
 class StudentProcess:
     """One submission's code, in a child of the warm worker; use as a context manager."""
 
-    def __init__(self, worker, cells, limits=None, kernels="", warm=False, files=None):
+    def __init__(self, worker, cells, limits=None, kernel_kind="", warm=False, files=None):
         self.worker = worker
-        self.kernels = kernels    # course.yml's `kernels` of the assignment: imported before the child forks
+        self.kernel_kind = kernel_kind  # course.yml's `kernels` of the assignment: imported before the child forks
         self.cells = list(cells)
         self.files = dict(files or {})  # name -> text, written beside the notebook before its cells run (variant.json)
         self.limits = limits or Limits()
@@ -256,7 +256,7 @@ class StudentProcess:
         # a counted call's child is not held to its threads (sandbox/inside/confine.py), though threads beyond
         # those it started with are still seen at the call's start and end; and the GPU memory of a
         # child is waited for after it ends.
-        self.on_gpu = bool(kernels) and jail.kernel_device() == "cuda"
+        self.on_gpu = bool(kernel_kind) and jail.kernel_device() == "cuda"
         # Whether the worker should import torch's dynamo stack before the child is forked: the
         # assignment's tests count work (warm), or the code names an optimiser.  Only a hint: a child
         # whose code hides its optimiser imports the stack itself, in its own time.
@@ -284,7 +284,7 @@ class StudentProcess:
         """Fork a child and run the notebook's cells; returns the per-cell reports."""
         while True:
             self._budget_left()
-            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb, self.kernels,
+            self.pid, self.requests, self.replies = self.worker.fork(self.limits.memory_mb, self.kernel_kind,
                                                                      self.warm)
             try:
                 self.host_pid = self.worker.host_pid(self.pid)

@@ -403,14 +403,14 @@ def module(request):
 HANDLERS = {"ready": ready, "run_cells": run_cells, "names": names, "value": value, "call": call, "module": module}
 
 
-def serve(requests, replies, unavailable="", kernels=False):
+def serve(requests, replies, unavailable="", counts_kernels=False):
     """A child's life: answer requests until the grader says exit or closes the pipe.  unavailable:
-    why this child cannot grade (its GPU could not be opened), the answer to every request; kernels:
+    why this child cannot grade (its GPU could not be opened), the answer to every request; counts_kernels:
     its assignment's answers are Triton kernels (prepared by the worker, kernels.prepare), whose work
     a counted call counts too."""
     global REQUESTS, REPLIES, KERNELS, UNAVAILABLE
     REQUESTS, REPLIES, UNAVAILABLE = requests, replies, unavailable
-    KERNELS = sys.modules.get("kernels") if kernels else None
+    KERNELS = sys.modules.get("kernels") if counts_kernels else None
     seal()
     sys.stdout = open(os.devnull, "w")  # what a submission prints goes nowhere
     sys.stderr = open(os.devnull, "w")

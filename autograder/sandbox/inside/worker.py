@@ -90,9 +90,9 @@ import kernels  # noqa: E402  (imports no Triton: kernels.prepare does, when an 
 ON_GPU = kernels.kernel_device() == "cuda"
 
 
-def child(control, pipes, memory_mb, on_gpu, kernels=False):
+def child(control, pipes, memory_mb, on_gpu, counts_kernels=False):
     """A forked child: confine itself (on_gpu: its kernels are compiled for the CUDA device, which
-    opens it first), then answer the grader's requests on its pipes; kernels: its assignment's answers
+    opens it first), then answer the grader's requests on its pipes; counts_kernels: its assignment's answers
     are Triton kernels, whose work its counted calls count too."""
     if control is not None:
         control.close()
@@ -116,7 +116,7 @@ def child(control, pipes, memory_mb, on_gpu, kernels=False):
                 where = traceback.extract_tb(error.__traceback__)[-1]
                 unavailable = (f"the GPU could not be opened in the sandbox ({type(error).__name__}: "
                                f"{str(error)[:300]}; at {os.path.basename(where.filename)}:{where.lineno})")
-        handlers.serve(*pipes, unavailable, kernels=on_gpu or kernels)
+        handlers.serve(*pipes, unavailable, counts_kernels=on_gpu or counts_kernels)
     finally:
         os._exit(0)
 
@@ -211,13 +211,13 @@ def fresh_child(control, pipes, memory_mb):
                               *(str(fd) for fd in pipes), str(memory_mb)])
 
 
-def warm(dynamo, kernels):
+def warm(dynamo, kernel_kind):
     """Prepare what children will need: torch's dynamo stack, the kernels of a kind.  Returns the
     kernels' problem (a line for the instructor) or ""; prepare_kernels keeps it, so a "warm" order,
     which nobody answers, leaves it to the first fork that needs the kernels."""
     if dynamo:
         warm_dynamo()
-    return prepare_kernels(kernels)
+    return prepare_kernels(kernel_kind)
 
 
 def zygote(control):
@@ -232,7 +232,7 @@ def zygote(control):
         if not data:
             return
         order = json.loads(data)
-        warm(order.get("dynamo"), order.get("kernels"))
+        warm(order.get("dynamo"), order.get("kernel_kind"))
     control.send(b'{"ready": true}')
     alive = set()
     while True:
@@ -244,9 +244,9 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "warm":      # to a spare taken by a run, answered by nothing: the grader goes on
-            warm(order.get("dynamo"), order.get("kernels"))
+            warm(order.get("dynamo"), order.get("kernel_kind"))
         elif order["op"] == "fork":
-            problem = warm(order.get("warm"), order.get("kernels"))
+            problem = warm(order.get("warm"), order.get("kernel_kind"))
             if problem:
                 for fd in fds:
                     os.close(fd)
@@ -258,9 +258,9 @@ def zygote(control):
             gc.freeze()
             pid = os.fork()
             if pid == 0:
-                if ON_GPU and order.get("kernels"):
+                if ON_GPU and order.get("kernel_kind"):
                     fresh_child(control, fds, int(order["memory_mb"]))
-                child(control, fds, int(order["memory_mb"]), False, kernels=bool(order.get("kernels")))
+                child(control, fds, int(order["memory_mb"]), False, counts_kernels=bool(order.get("kernel_kind")))
             alive.add(pid)
             for fd in fds:
                 os.close(fd)
