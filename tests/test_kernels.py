@@ -138,6 +138,9 @@ def brought_in(x, how):
               "copied in": lambda: torch.empty(16).copy_(torch.from_numpy(numpy.ones(16, dtype=numpy.float32))),
               "listed": lambda: torch.tensor(numpy.ones(300, dtype=numpy.float32).tolist())[:16],
               "filled": lambda: filled(300)[:16],
+              "indexed": lambda: torch.stack([torch.arange(1000)[k] for k in range(300, 600)])[:16].float() * 0 + 1,
+              "launched": lambda: [copy_kernel[(1,)](x, torch.empty(16), 16 + k, BLOCK=16, MASKED=True)
+                                   for k in range(300)] and x,
               "own": lambda: x * 1.0}[how]()
     out = torch.empty(16)
     copy_kernel[(1,)](source, out, 16, BLOCK=16, MASKED=True)
@@ -287,13 +290,16 @@ def test_a_kernel_launched_on_a_tensor_made_before_the_call_is_seen(student):
 
 
 def test_a_counted_call_computes_on_memory_torch_keeps_to_itself(student):
-    """NumPy's memory handed to a kernel or to torch, and Python's numbers brought in in bulk, refuse a
-    counted call, naming why (work done on them outside torch could not be counted); uncounted, the
+    """NumPy's memory handed to a kernel or to torch, and Python's numbers brought in in bulk (as values, as
+    positions in a table, as a kernel's arguments), refuse a counted call, naming why (work done on them
+    outside torch could not be counted); uncounted, the
     same calls run, and a counted call on its own work is counted as before."""
     x = torch.ones(16)
     for how, words in (("borrowed", "memory torch did not allocate"), ("copied in", "memory torch did not allocate"),
                        ("listed", "numbers moved between torch and Python"),
-                       ("filled", "numbers moved between torch and Python")):
+                       ("filled", "numbers moved between torch and Python"),
+                       ("indexed", "numbers moved between torch and Python"),
+                       ("launched", "numbers moved between torch and Python")):
         with pytest.raises(StudentError) as raised:
             student.call("brought_in", x, how, count=True)
         assert words in raised.value.message, how

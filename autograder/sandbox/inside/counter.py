@@ -35,7 +35,7 @@ import torch
 import torch.utils.dlpack
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "admit", "own_array", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
+__all__ = ["Work", "Counted", "NotCountable", "install", "storages", "admit", "bring", "own_array", "COSTS", "EXPONENTIALS", "FREE", "SCALAR_BUDGET"]
 DEPENDS = ()   # the modules of sandbox/inside/ this one imports by name
 
 aten = torch.ops.aten
@@ -173,14 +173,17 @@ def _computed_elements(out):
 
 
 # Which of an operator's Python numbers are values brought in (as torch.tensor's are), read from its schema:
-# a float anywhere, and an integer unless the argument is declared an integer (a size, a dimension, an
-# index, a dtype): torch.arange(k), torch.full(size, k), x + k and fill_(k) bring k in, x[k] and
-# torch.empty(k) do not.
+# a float anywhere, and an integer unless the argument is declared an integer that is a size, a dimension
+# or a dtype: torch.arange(k), torch.full(size, k), x + k and fill_(k) bring k in, and so does a position
+# (x[k], x[k:], narrow, as_strided's offset: a table indexed by k gives k back); torch.empty(k) does not.
+POSITIONS = frozenset({"index", "start", "end", "storage_offset", "offset"})
+
+
 @functools.lru_cache(maxsize=None)
 def _value_arguments(func):
-    """(positions, names) of the operator's arguments whose integers are values, not sizes or indices."""
+    """(positions, names) of the operator's arguments whose integers are values, not sizes or dimensions."""
     values = [(position, argument.name) for position, argument in enumerate(func._schema.arguments)
-              if "int" not in str(argument.type).lower()]
+              if "int" not in str(argument.type).lower() or argument.name in POSITIONS]
     return frozenset(position for position, _ in values), frozenset(name for _, name in values)
 
 
@@ -273,6 +276,13 @@ def _make():
         scalars[0] += numbers
         if scalars[0] + len(brought) > SCALAR_BUDGET:
             raise NotCountable(message)
+
+    def bring(values):
+        """Python numbers handed to a kernel's launch during a counted call (kernels.py): brought in, as an
+        operator's are."""
+        if counting[0]:
+            brought.update(_numbers(values, True))
+            charge(0, TOO_MANY_NUMBERS)
 
     def admit(tensor, message=None):
         """A tensor handed to an operator or a kernel during a counted call: refused when code outside
@@ -385,7 +395,7 @@ def _make():
         """The grader's own NumPy view of a tensor (kernels.Tally.note_call), not noted as lent."""
         return originals.get((torch.Tensor, "numpy"), torch.Tensor.numpy)(tensor)
 
-    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made, admit, own_array
+    return Counting, read, read_exponentials, read_elementwise, switch, install, take_made, admit, bring, own_array
 
 
 def _storage(value):
@@ -444,7 +454,7 @@ def _note_made(func, args, kwargs, out, made):
         pass
 
 
-_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made, admit, own_array = _make()
+_Counting, _read, _read_exponentials, _read_elementwise, _switch, install, _take_made, admit, bring, own_array = _make()
 
 
 class Counted:

@@ -464,6 +464,7 @@ def _launch(hooks):
         if count.counting:
             for tensor in tensors:   # what the call was given or its counted operators made (counter.admit)
                 counter.admit(tensor)
+            counter.bring([arg for arg in (*args, *kwargs.values()) if type(arg) in (int, float)])   # its numbers
             count.launches += 1
             count.launched.update(tensor.untyped_storage().data_ptr() for tensor in tensors)
         try:
