@@ -243,12 +243,15 @@ def fine():
 """
 
 
-def test_a_reply_the_submission_writes_itself_is_not_taken(worker):
+def test_a_reply_the_submission_writes_itself_is_not_taken(worker, caplog):
     """Every request carries a nonce that the answer must carry back; a reply the submission writes on
-    the reply pipe itself does not have it, and costs the call instead of answering it."""
+    the reply pipe itself does not have it, and costs the call instead of answering it.  What was wrong
+    with it goes to the grader's log, not into the student's feedback (the submission wrote it)."""
     with submission(worker, FORGER) as student:
-        with pytest.raises(StudentCrash, match="does not answer"):
+        with pytest.raises(StudentCrash, match="sent back something unreadable") as raised:
             student.call("forge")
+        assert "does not answer" not in str(raised.value)
+        assert any("does not answer the grader's request" in record.getMessage() for record in caplog.records)
         assert student.call("fine")["output"] == 1.0
 
 
