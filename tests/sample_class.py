@@ -192,13 +192,8 @@ LOST = {
         'causal_mask: test_allows_keys_up_to_the_query',
         'causal_mask: test_makes_attention_causal',
     ),
-    ('dev_wrong_axes', 'multi_head'): (
-        *all_but('heads', 'test_split_heads_shape'),
-        'mha: test_matches_torch_multihead_attention',
-        'mha: test_matches_torch_with_causal_mask',
-        'mha: test_matches_torch_cross_attention',
-        'mha: test_matches_reference_without_bias',
-    ),
+    # mha is right on dev's own split_heads (the suite's BUILT_ON): the slip costs heads' points, once
+    ('dev_wrong_axes', 'multi_head'): (*all_but('heads', 'test_split_heads_shape'),),
     ('eli_three_d_only', 'scaled_attention'): (*all_but('sdpa', 'test_matches_reference_solution'),),
     ('eli_three_d_only', 'masks'): ('causal_mask: test_is_boolean_and_square',),
     ('fay_syntax_error', 'scaled_attention'): (*all_but('sdpa'),),

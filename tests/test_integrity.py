@@ -8,7 +8,7 @@ from autograder.integrity import similar_pairs, stubs
 from autograder.submission import build_program, read_notebook
 
 from tests.catalogue import ALTERNATIVES
-from tests.notebooks import COURSE, ROOT
+from tests.notebooks import COURSE, ROOT, solution_answers
 
 
 def sample_class_answers():
@@ -82,10 +82,22 @@ DERIVED = {("gqa", "expand and reshape"),
            ("flash_kernel", "tensor descriptors made in the kernel (tl.make_tensor_descriptor, desc.load, desc.store)")}
 
 
+def derived(alternative):
+    """Whether a correct alternative was not written anew for its exercise: listed in DERIVED, or carrying an
+    earlier exercise's answer beside its own (a name another exercise's reference answer defines: the catalogue's
+    follow-through entries, a right answer on a slip of the exercise it calls, are built on the reference's code,
+    and rightly alike to it and to each other)."""
+    assignment = next(a.id for a in COURSE.assignments if alternative.exercise in {e.id for e in a.exercises})
+    others = {name for exercise, code in solution_answers(assignment).items() if exercise != alternative.exercise
+              for name in re.findall(r"^(?:def|class) (\w+)", code, re.M)}
+    carried = set(re.findall(r"^(?:def|class) (\w+)", alternative.code, re.M)) & others
+    return (alternative.exercise, alternative.name) in DERIVED or bool(carried)
+
+
 def calibration_class():
     answers = sample_class_answers()
     counter = {}
-    for alternative in (v for v in ALTERNATIVES if (v.exercise, v.name) not in DERIVED):
+    for alternative in (v for v in ALTERNATIVES if not derived(v)):
         index = counter.setdefault(alternative.exercise, 0)
         counter[alternative.exercise] += 1
         answers.setdefault(alternative.exercise, {})[f"alternative_{alternative.exercise}_{index}"] = alternative.code
