@@ -12,10 +12,13 @@ import re
 import subprocess
 from datetime import datetime, timedelta
 
+import pytest
 import yaml
 
 from tests.conftest import run_in
 from tests.notebooks import ROOT, unused
+
+pytestmark = pytest.mark.slow   # the documented customisations, each on a copy of the course (minutes): make test-all and CI
 
 
 def copy_of_the_course(target):

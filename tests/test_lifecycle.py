@@ -18,6 +18,8 @@ from nbgrader.api import Gradebook
 from tests.conftest import run_grader, run_in as run
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
+pytestmark = pytest.mark.slow   # a whole term with nbgrader's own tools (minutes): make test-all and CI
+
 DUE = "2026-11-01T23:59:00+00:00"
 # What the tests below need of the course's points, from course.yml (an instructor may change them).
 MASKS = COURSE.assignment("masks")

@@ -12,6 +12,8 @@ from nbclient.exceptions import CellExecutionError
 
 from tests.notebooks import COURSE
 
+pytestmark = pytest.mark.slow   # every solution notebook run top to bottom (minutes): make test-all and CI
+
 
 def one_thread():
     """The kernels' environment.  They run beside other tests on a small machine: one thread each, or

@@ -16,6 +16,8 @@ from tests.conftest import run_grader
 from tests.notebooks import COURSE, ROOT
 from tests.sample_class import ALL as ASSIGNMENTS, EXPECTED, LOST, STUDENTS, SUBMITTED, build
 
+pytestmark = pytest.mark.slow   # the whole sample class graded and checked (minutes): make test-all and CI
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
