@@ -466,7 +466,7 @@ class Counted:
     def __init__(self, allocations=False):
         # A dispatch mode's first entry imports torch's dynamo stack (torch._dynamo, about a second), which fails
         # as a circular import when it first happens inside the mode: imported here, before the call
-        # and its time limit (the warm worker has usually done it already: worker.warm_compiler).
+        # and its time limit (the warm worker has usually done it already: worker.warm_dynamo).
         import torch._dynamo  # noqa: F401
         self.flops, self.exponentials, self.elementwise, self.intact, self.made = 0, 0, 0, True, set()
         self.allocations = allocations   # also note the storages torch allocates (a kernel assignment's call)
