@@ -1,6 +1,8 @@
 """The student process: isolation, time limits, what crosses the pipe, and what one submission can
 leave behind for the next one graded by the same warm worker (nothing)."""
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -321,3 +323,19 @@ def test_a_worker_started_before_the_fork_serves_the_grading_process_and_dies_wi
     assert value == 42 and exited is False
     assert started.process.wait(timeout=30) is not None   # the worker ended once its grader was gone
     started.stop()
+
+
+def test_a_grader_killed_before_its_close_leaves_nothing_a_later_one_trips_on(tmp_path):
+    """A killed grader's cgroup folders stay behind and pids come round again: an accounting's name is never one
+    used before, and what dead graders left beside it is removed (a live grader's folder is left alone)."""
+    from autograder.sandbox import cgroup
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead, alive = tmp_path / f"autograder-{ended.pid}-1", tmp_path / f"autograder-{os.getpid()}-1"
+    for folder in (dead / "child-1", alive / "child-1"):
+        folder.mkdir(parents=True)
+    cgroup._sweep(tmp_path, "autograder")
+    assert not dead.exists() and (alive / "child-1").exists()
+    assert len({cgroup._own_name().split("-", 1)[0] for _ in range(3)}) == 1   # the process's own pid first
+    assert len({cgroup._own_name() for _ in range(3)}) == 3

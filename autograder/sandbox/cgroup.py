@@ -21,6 +21,7 @@ and grading falls back to sampling the resident size (memory.py), which it says 
 import contextlib
 import itertools
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -196,8 +197,10 @@ _OPENED = itertools.count(1)
 
 
 def _own_name():
-    """A name for one Accounting: the process and how many it opened (a process may hold several)."""
-    return f"{os.getpid()}-{next(_OPENED)}"
+    """A name for one Accounting, never one used before: the process, how many it opened (a process may hold
+    several) and a random part, since a grader killed before its close leaves its folders behind, and pids
+    come round again (a later process of the same pid met its child-1 there: "File exists")."""
+    return f"{os.getpid()}-{next(_OPENED)}-{secrets.token_hex(4)}"
 
 
 def _v1():
@@ -223,6 +226,24 @@ def _v2():
     return Accounting(2, [own])
 
 
+def _sweep(parent, prefix):
+    """Remove what graders that died without their close left in `parent` (their folders named
+    `<prefix>-<pid>-...`, their pid no longer alive), as far as the OS lets: a cgroup still in use stays."""
+    for folder in parent.glob(f"{prefix}-*"):
+        try:
+            os.kill(int(folder.name.split("-")[1]), 0)
+            continue  # alive (or a process of the same pid: left alone either way)
+        except ProcessLookupError:
+            pass
+        except (ValueError, IndexError, PermissionError):
+            continue
+        with contextlib.suppress(OSError):
+            for child in folder.iterdir():
+                if child.is_dir():
+                    child.rmdir()
+            folder.rmdir()
+
+
 def open_accounting():
     """The grader's accounting, or raise Unavailable with the reason in one line."""
     if os.geteuid() != 0:
@@ -230,6 +251,7 @@ def open_accounting():
     try:
         accounting = _v2() if (ROOT / "cgroup.controllers").exists() else _v1()
         for folder in accounting.folders:
+            _sweep(folder.parent, folder.name.split("-")[0])
             folder.mkdir(exist_ok=True)
         probe = ChildGroup(accounting, "probe")  # the files a child needs are there and writable
         try:
