@@ -232,6 +232,7 @@ def test_the_kit_takes_torchs_cpu_build_and_carries_the_ai_policy(kit, tmp_path)
 
 # -- Gradescope --------------------------------------------------------------------------------
 
+@pytest.mark.slow   # pip resolves the lock for three Pythons (half a minute): make test-all
 def test_the_gradescope_lock_of_each_python_resolves(tmp_path):
     """pip's resolver, for the Python of each Gradescope image (metadata only, the three at once):
     each lock with its dependencies, and torch at the course's version on its own (it comes from

@@ -168,6 +168,7 @@ def pod_shards(tmp_path_factory):
     return shards, merge, [folder / "out" / "shards" / f"shard-{k}" for k in (1, 2, 3, 4)], stdouts
 
 
+@pytest.mark.slow   # the shards of an Indexed Job graded as its pods would: make test-all
 def test_kubernetes_manifests_grade_the_same_shards(pod_shards):
     (job, policy), (merge,), folders, _ = pod_shards
     assert (job["kind"], job["spec"]["completionMode"], job["spec"]["completions"]) == ("Job", "Indexed", 4)
@@ -193,6 +194,7 @@ def test_kubernetes_manifests_grade_the_same_shards(pod_shards):
         {("ada_perfect", "masks"): (full, full)}
 
 
+@pytest.mark.slow   # the shards of an Indexed Job graded as its pods would: make test-all
 def test_an_empty_shard_succeeds_and_merge_takes_only_whole_runs(pod_shards, tmp_path):
     _, _, folders, stdouts = pod_shards
     for k, stdout in enumerate(stdouts[:3], 1):
