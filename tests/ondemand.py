@@ -67,11 +67,12 @@ def hidden_lines(course, assignment_ids):
 
 
 def leaked(text, sent, lines):
-    """The hidden lines (hidden_lines) an answer's body holds, less those of the notebook the student sent."""
+    """The hidden lines (hidden_lines) an answer's body holds, less text of the notebook the student sent (a suite's
+    `d_k = d_model // num_heads` is in the released stub too, and the answer may quote the student's own line)."""
     suites, solutions = lines
     answer = json.loads(text)
     shown = json.dumps(answer) + answer.get("markdown", "")
-    return [line for line in suites if line in shown] + [line for line in solutions if line in shown and line not in sent]
+    return [line for line in (*suites, *solutions) if line in shown and line not in sent]
 
 
 def self_signed(folder):
