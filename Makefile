@@ -35,7 +35,7 @@ export MPLBACKEND := Agg
 .PHONY: setup sandbox grade serve check-server report test test-all check exercise release sample-class bench merge student-kit gradescope \
         push-collect push-post lms clean-demo grade-slurm k8s-manifests lms-push lms-keys variant-secret variants hub
 
-setup: $(VENV)/.installed sandbox
+setup: $(VENV)/.installed $(VENV)/checkov/.installed sandbox
 	@# The grader's own bytecode, for every process it starts (the checks compile nothing when it is
 	@# up to date); Python would write it itself unless PYTHONDONTWRITEBYTECODE is set.
 	@$(PYTHON) -m compileall -qq -j 0 autograder >/dev/null 2>&1 || true
@@ -83,11 +83,11 @@ report: setup
 	$(GRADER) report --out $(OUT)
 
 ## The course's own tests, without the course-wide proofs (pytest.ini's marker slow): minutes, for every change.
-test: setup $(VENV)/checkov/.installed
+test: setup
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" tests
 
 ## Every test of the course, the course-wide proofs too (what CI runs).
-test-all: setup $(VENV)/checkov/.installed
+test-all: setup
 	$(PYTHON) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests
 
 ## Final scores as Canvas's and Moodle's grade imports (canvas.csv, moodle.csv beside grades.csv).
