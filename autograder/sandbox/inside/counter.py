@@ -208,16 +208,21 @@ def _numbers(value, integers):
             yield from _numbers(item, integers)
 
 
-def _tensors(value):
-    """The tensors in an operator's arguments (in tuples, lists and dicts)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
+def _leaves(value):
+    """What an operator's arguments hold, inside their tuples, lists and dicts."""
+    if isinstance(value, (tuple, list)):
         for item in value:
-            yield from _tensors(item)
+            yield from _leaves(item)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _tensors(item)
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def _tensors(value):
+    """The tensors in an operator's arguments (in tuples, lists and dicts)."""
+    return (leaf for leaf in _leaves(value) if isinstance(leaf, torch.Tensor))
 
 
 def _make():
@@ -410,16 +415,9 @@ def _storage(value):
 
 def _storages_in(value):
     """The storages handed to an operator as storages (set_'s source), in tuples, lists and dicts."""
-    if isinstance(value, (torch.UntypedStorage, torch.TypedStorage)):
-        found = _storage(value)
-        if found is not None:
+    for leaf in _leaves(value):
+        if isinstance(leaf, (torch.UntypedStorage, torch.TypedStorage)) and (found := _storage(leaf)) is not None:
             yield found
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _storages_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _storages_in(item)
 
 
 def _fill(storage, start, dtype):
