@@ -160,17 +160,23 @@ def test_the_hourly_limit_answers_429_with_retry_after(server, tmp_path):
     assert post(server, "dave", notebook).status_code == 200   # another student's limit is their own
 
 
+def grading_in_background(server, student, notebook):
+    """(the thread, the list its answer goes to) of a check posted in a thread, once the server grades it."""
+    answered = []
+    first = threading.Thread(target=lambda: answered.append(post(server, student, notebook)))
+    first.start()
+    while httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).json()["grading"] == 0 \
+            and first.is_alive():
+        threading.Event().wait(0.02)
+    return first, answered
+
+
 def test_a_students_second_check_of_an_assignment_waits_for_the_first(server, tmp_path):
     """One check in flight per student and assignment: while ivy's first check of masks grades (its notebook
     sleeps 3 s), her second is refused (429 with Retry-After) and not graded; the first is answered."""
     sleepy = "import time\ntime.sleep(3)\n" + solution_answers("masks")["causal_mask"]
     notebook = masks_with(tmp_path, {"causal_mask": sleepy})
-    answered = []
-    first = threading.Thread(target=lambda: answered.append(post(server, "ivy", notebook)))
-    first.start()
-    while httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).json()["grading"] == 0 \
-            and first.is_alive():
-        threading.Event().wait(0.02)
+    first, answered = grading_in_background(server, "ivy", notebook)
     second = post(server, "ivy", notebook)
     first.join(timeout=300)
     assert second.status_code == 429 and second.headers["Retry-After"] == "5"
@@ -396,12 +402,7 @@ def grading_processes(server):
 def test_a_grading_process_that_dies_costs_its_check_alone(server, tmp_path):
     """Its check answers 500 with one line; another process takes its place and the next check is graded."""
     notebook = masks_with(tmp_path)
-    answered = []
-    first = threading.Thread(target=lambda: answered.append(post(server, "grace", notebook)))
-    first.start()
-    while httpx.get(server["url"] + "/status", timeout=10, verify=trusting(server)).json()["grading"] == 0 \
-            and first.is_alive():
-        threading.Event().wait(0.02)
+    first, answered = grading_in_background(server, "grace", notebook)
     for pid in grading_processes(server):
         os.kill(pid, signal.SIGKILL)
     first.join(timeout=300)
