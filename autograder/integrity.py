@@ -16,6 +16,7 @@ pairs, most similar first), integrity.html (each pair side by side, shared regio
 flags; the class's mistakes) and a section of report.md.
 """
 
+import hashlib
 import html
 import io
 import math
@@ -24,8 +25,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from copydetect import CodeFingerprint, compare_files
-from copydetect.utils import highlight_overlap
+from copydetect.utils import get_token_coverage, highlight_overlap, winnow
 
 from autograder.files import write_atomic, write_csv
 from autograder.intake import SubmissionError
@@ -51,11 +53,29 @@ class Pair:
 
 
 def _fingerprint(name, source, boilerplate=None):
+    """copydetect's fingerprint of the code (its normalised text, winnowed k-grams less the boilerplate's),
+    with each k-gram hashed by blake2b: copydetect hashes with Python's hash(), which changes from process to
+    process (PYTHONHASHSEED), so that the same class gave 61 to 63 pairs from one run to the next."""
     try:
-        return CodeFingerprint(name, K, WINDOW, boilerplate=boilerplate, language="python",
-                               fp=io.StringIO(source))
+        found = CodeFingerprint(name, K, WINDOW, language="python", fp=io.StringIO(source))
     except Exception:  # code copydetect cannot tokenise counts as no code
         return None
+    text = found.filtered_code
+    hashes = np.array([int.from_bytes(hashlib.blake2b(text[i:i + K].encode(), digest_size=7).digest(), "little")
+                       for i in range(len(text) - K + 1)], dtype=np.int64)
+    if len(hashes):
+        hashes, places = winnow(hashes, WINDOW, remove_duplicates=False)
+        kept = ~np.isin(hashes, list(boilerplate or ()))
+        hashes, places = hashes[kept], places[kept]
+    else:
+        places = np.array([], dtype=int)
+    found.hash_idx = defaultdict(list)
+    for value, place in zip(hashes.tolist(), places.tolist()):
+        found.hash_idx[value].append(place)
+    found.hash_idx = dict(found.hash_idx)
+    found.hashes = set(found.hash_idx)
+    found.token_coverage = get_token_coverage(found.hash_idx, K, len(text))
+    return found
 
 
 def collect(course, layout):
