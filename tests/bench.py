@@ -1,7 +1,8 @@
 """make bench: grade one class with `nbgrader autograde` and with `make grade`, side by side.
 
-Builds a class in nbgrader's layout (16 students x every assignment of course.yml: perfect,
-untouched, and the catalogue's realistic mistakes), then grades exactly that folder in alternating
+Builds a class in nbgrader's layout (16 students x every assignment of course.yml, made like a real
+class: 13 of the 16 hand in one of the catalogue's realistic mistakes, 2 a right answer, 1 the untouched
+notebook; realistic_answers), then grades exactly that folder in alternating
 rounds (A B A B: this grader, then nbgrader, --rounds times), each round on the same idle machine with
 its load average printed beside it:
 
@@ -47,26 +48,28 @@ from autograder import service
 from tests.catalogue import MISTAKES
 from tests.notebooks import COURSE, ROOT, make_submission, solution_answers
 
-PERFECT, UNTOUCHED = 8, 6   # students 0-7 perfect, 8-13 untouched, the rest realistic mistakes
+def realistic_answers(assignment_id, index):
+    """What student number `index` of a bench's class hands in for an assignment, as in a real class:
+    every tenth untouched, every fifth right, the others one of the catalogue's realistic mistakes (13 of
+    16 students, 80 of 100)."""
+    exercises = {exercise.id for exercise in COURSE.assignment(assignment_id).exercises}
+    mistakes = [mistake for mistake in MISTAKES if mistake.exercise in exercises]
+    right = solution_answers(assignment_id)
+    if index % 10 == 9:
+        return {}
+    if index % 5 == 4:
+        return right
+    mistake = mistakes[index % len(mistakes)]
+    return {**right, mistake.exercise: mistake.code}
 
 
 def build_class(submitted, students, assignments=None):
     """Every student hands in every assignment (or those given by id); returns the notebooks' count."""
-    handed_in = [a for a in COURSE.assignments if assignments is None or a.id in assignments]
-    mistakes = {assignment.id: [m for m in MISTAKES if m.exercise in {e.id for e in assignment.exercises}]
-                for assignment in handed_in}
     for index in range(students):
-        student = f"student{index:03d}"
-        for assignment in handed_in:
-            answers = solution_answers(assignment.id)
-            if index < PERFECT:
-                chosen = answers
-            elif index < PERFECT + UNTOUCHED:
-                chosen = {}
-            else:
-                mistake = mistakes[assignment.id][(index - PERFECT - UNTOUCHED) % len(mistakes[assignment.id])]
-                chosen = {**answers, mistake.exercise: mistake.code}
-            make_submission(assignment.id, chosen, submitted / student / assignment.id)
+        for assignment in COURSE.assignments:
+            if assignments is None or assignment.id in assignments:
+                make_submission(assignment.id, realistic_answers(assignment.id, index),
+                                submitted / f"student{index:03d}" / assignment.id)
     return sum(1 for _ in submitted.rglob("*.ipynb"))
 
 

@@ -7,7 +7,8 @@ notebooks carry one of the catalogue's realistic mistakes, a few are right, a fe
 per assignment, p50, p95 and the largest latency (from the first post to the answer, retries
 included), the checks per second, and beside them the floor: the checks' own grading seconds (the
 ledger's) over the grading processes, and the CPU seconds the server's processes and sandboxes spent
-(what a check costs however busy the machine is with other work). Every request is answered or refused with its reason, and no
+(what a check costs however busy the machine is with other work); then --alone checks posted one at a
+time once the server is idle (median and largest latency). Every request is answered or refused with its reason, and no
 answer holds a line of the hidden suites or of a solution; a lost request or a leak fails the run.
 """
 
@@ -26,27 +27,15 @@ from autograder import variants
 from autograder.course import load_course
 from autograder.ondemand import ledger, tokens
 from tests import ondemand
-from tests.catalogue import MISTAKES
-from tests.notebooks import make_submission, solution_answers
+from tests.bench import realistic_answers
+from tests.notebooks import make_submission
 
 
 def the_class(assignment, students, folder):
-    """(student, notebook path): every fifth right, every tenth untouched, the others a catalogued mistake."""
-    exercises = {exercise.id for exercise in load_course().assignment(assignment).exercises}
-    mistakes = [mistake for mistake in MISTAKES if mistake.exercise in exercises]
-    right = solution_answers(assignment)
-    made = []
-    for index in range(students):
-        student = f"student{index:03d}"
-        if index % 10 == 9:
-            answers = {}
-        elif index % 5 == 4:
-            answers = right
-        else:
-            mistake = mistakes[index % len(mistakes)]
-            answers = {**right, mistake.exercise: mistake.code}
-        made.append((student, make_submission(assignment, answers, Path(folder) / student)[0]))
-    return made
+    """(student, notebook path): the bench's realistic class (tests.bench.realistic_answers)."""
+    return [(f"student{index:03d}", make_submission(assignment, realistic_answers(assignment, index),
+                                                    Path(folder) / f"student{index:03d}")[0])
+            for index in range(students)]
 
 
 def tree_cpu(pid):
@@ -88,11 +77,24 @@ async def load(url, course, assignment, made):
         return answers, time.monotonic() - started, refusals, bodies
 
 
+async def one_by_one(url, course, assignment, made):
+    """Seconds of each check posted alone, the server idle between them (the latency a student meets on a
+    quiet evening)."""
+    refusals, bodies, seconds = {}, [], []
+    async with httpx.AsyncClient(timeout=900) as client:
+        for student, path in made:
+            status, took = await one_check(client, url, course, assignment, student, path, refusals, bodies)
+            assert status == 200 and not refusals, (status, refusals)
+            seconds.append(took)
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--assignment", default="masks")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--alone", type=int, default=10, help="checks then posted one at a time, the server idle")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-checks-") as folder, \
             tempfile.TemporaryDirectory(prefix="bench-checks-secret-") as kept:
@@ -110,6 +112,7 @@ def main():
             before = tree_cpu(process.pid)
             answers, wall, refusals, bodies = asyncio.run(load(url, course, args.assignment, made))
             cpu = tree_cpu(process.pid) - before
+            alone = asyncio.run(one_by_one(url, course, args.assignment, made[:args.alone]))
         finally:
             ondemand.stop(process)
         graded = [entry["seconds"] for entry in ledger.read(root / "out") if entry["seconds"] is not None]
@@ -126,6 +129,9 @@ def main():
           f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); CPU of the server and its sandboxes "
           f"{cpu:.1f} s, {cpu / args.students:.2f} s a check; refused then answered: "
           f"{refusals or 'none'}; {len(bodies)} answers scanned, none holds a line of the hidden suites or a solution")
+    if alone:
+        print(f"{args.assignment}: {len(alone)} checks posted one at a time on the idle server: "
+              f"median {statistics.median(alone):.2f} s, max {max(alone):.2f} s")
 
 
 if __name__ == "__main__":
