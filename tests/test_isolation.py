@@ -2,7 +2,8 @@
 canary in for the next student's child (graded by the same worker, in the same namespaces) is tried,
 and the next child must find nothing.  The IPC objects and sockets are refused outright (the
 submission's seccomp filter, sandbox/inside/confine.py); files are allowed only in the scratch space,
-which the worker empties once a submission's last child has ended."""
+which the worker empties once a submission's last child has ended, and where a child left what that
+could not remove, the next child is forked in a fresh sandbox."""
 
 import pytest
 
@@ -236,6 +237,46 @@ def find_standard_streams():
     return None
 
 
+def _tree_plant(root, name, depth, canary):
+    """A chain of `depth` folders under root, walked into one by one (its full path may be longer than
+    the system lets a path be), the canary at its bottom."""
+    here = os.getcwd()
+    try:
+        os.makedirs(root, exist_ok=True)
+        os.chdir(root)
+        for _ in range(depth):
+            os.mkdir(name)
+            os.chdir(name)
+        open("canary.txt", "w").write(str(canary))
+    except OSError as error:
+        return errno.errorcode.get(error.errno, str(error.errno))
+    finally:
+        os.chdir(here)
+    return "planted"
+
+
+def _tree_find(root):
+    return KEY if os.path.exists(root) else None
+
+
+def plant_deep_tree(canary):
+    """1,300 folders deep: deeper than a recursive walk of the worker's Python may go."""
+    return _tree_plant("/tmp/deep", "d", 1300, canary)
+
+
+def find_deep_tree():
+    return _tree_find("/tmp/deep")
+
+
+def plant_long_path_tree(canary):
+    """18 folders of 250 characters: a path of 4,500, longer than PATH_MAX."""
+    return _tree_plant("/dev/shm/long", "n" * 250, 18, canary)
+
+
+def find_long_path_tree():
+    return _tree_find("/dev/shm/long")
+
+
 def plant_inherited_mapping(canary):
     """A page the worker shares with its children (a shared writable mapping made before the fork)."""
     shared = [line for line in open("/proc/self/maps").read().splitlines()
@@ -248,7 +289,10 @@ def find_inherited_mapping():
 '''
 
 REFUSED = ("sysv_shm", "sysv_semaphore", "sysv_message", "posix_queue", "abstract_socket", "named_socket")
-WIPED = ("scratch_file", "tmp_file", "posix_shared_memory", "fifo", "standard_streams")
+# deep_tree and long_path_tree: what a walk of the scratch space cannot remove; the next fork finds the scratch
+# space in use and starts a fresh sandbox instead (worker.scratch_left).
+WIPED = ("scratch_file", "tmp_file", "posix_shared_memory", "fifo", "standard_streams", "deep_tree",
+         "long_path_tree")
 
 
 worker = sandboxes.warm_worker(LIMITS)

@@ -185,6 +185,10 @@ class Worker:
             order["warm"] = True
         try:
             reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT)
+            if reply.get("scratch_left"):   # a child left files its wipe could not remove: a fresh sandbox
+                self.close()
+                reply = self._order(order, [requests_read, replies_write],
+                                    KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT)
         except WorkerError:
             for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)

@@ -145,10 +145,28 @@ def _empty(folder, device):
 
 
 def wipe_scratch():
-    """Remove whatever the last child left in the writable places of the sandbox."""
+    """Remove whatever the last child left in the writable places of the sandbox.  Best effort: a tree
+    too deep or with paths too long to walk stays, and scratch_used() then tells the next fork."""
     for root in SCRATCH_ROOTS:
         if os.path.isdir(root):
-            _empty(root, os.stat(root).st_dev)
+            with contextlib.suppress(Exception):   # RecursionError, MemoryError: what stays is seen below
+                _empty(root, os.stat(root).st_dev)
+
+
+def scratch_used():
+    """(blocks, inodes) in use on the scratch file systems: what a fork compares with the worker's own
+    use before any child ran.  Counted by the file system, not by walking what a child laid out."""
+    used = []
+    for root in SCRATCH_ROOTS:
+        if os.path.isdir(root):
+            info = os.statvfs(root)
+            used.append((info.f_blocks - info.f_bfree, info.f_files - info.f_ffree))
+    return used
+
+
+def scratch_left(baseline):
+    """Whether a child left something in the scratch space that the wipe could not remove."""
+    return any(blocks > base[0] or inodes > base[1] for (blocks, inodes), base in zip(scratch_used(), baseline))
 
 
 @contextlib.contextmanager
@@ -235,6 +253,7 @@ def zygote(control):
         warm(order.get("dynamo"), order.get("kernel_kind"))
     control.send(b'{"ready": true}')
     alive = set()
+    baseline = scratch_used()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 4096, 2)
@@ -244,9 +263,19 @@ def zygote(control):
             return
         order = json.loads(data)
         if order["op"] == "warm":      # to a spare taken by a run, answered by nothing: the grader goes on
+            clean = not alive and not scratch_left(baseline)
             warm(order.get("dynamo"), order.get("kernel_kind"))
+            if clean:
+                baseline = scratch_used()
         elif order["op"] == "fork":
+            if not alive and scratch_left(baseline):
+                # No child may start where another left files: the grader starts a fresh sandbox (a fresh
+                # tmpfs) and forks there.  Deny by default: the wipe need not understand every layout.
+                control.send(b'{"scratch_left": true}')
+                return
             problem = warm(order.get("warm"), order.get("kernel_kind"))
+            if not alive:
+                baseline = scratch_used()   # what the worker's own warm-up wrote counts as its own
             if problem:
                 for fd in fds:
                     os.close(fd)
