@@ -248,12 +248,17 @@ def test_after_the_due_date_the_check_is_refused_with_the_date(server, tmp_path)
 
 def test_malformed_and_oversized_requests_get_one_line(server):
     headers = {"Authorization": f"Bearer {tokens.issue(server['course'], 'alice')}"}
-    for body, status, error in ((b"{", 400, "the body is not JSON"),
+    shape = "the body is not a JSON object of strings"   # refused before any parse
+    for body, status, error in ((b"{", 400, shape),
                                 (json.dumps({"student": "alice"}).encode(), 400, "the request has no assignment (a string)"),
-                                (b"[" * 100_000 + b"]" * 100_000, 400, "the body is not JSON"),   # deeper than json recurses
+                                (b"[" * 100_000 + b"]" * 100_000, 400, shape),   # deeper than json recurses
+                                (b"[" + b"[]," * 300_000 + b"[]]", 400, shape),  # what json.loads builds slowly
+                                (b'{"student": "alice", "content": {"cells": []}}', 400, shape),
+                                (b'{"student": "alice", "assignment": "masks", "notebook": "masks.ipynb", '
+                                 b'"content": "x",}', 400, "the body is not JSON"),   # the shape, yet no JSON
                                 (b'{"student": "alice", "assignment": "masks", "notebook": "masks.ipynb", '
                                  b'"content": "\\ud800"}', 400, "the request's content is not UTF-8 text"),   # a lone surrogate
-                                (b"\xff{}", 400, "the body is not JSON"),
+                                (b"\xff{}", 400, shape),
                                 (b"x" * (2 << 20), 413, "the notebook is larger than the 1 MB a check takes")):
         response = httpx.post(server["url"] + "/check", content=body, headers=headers, timeout=60,
                               verify=trusting(server))

@@ -52,6 +52,11 @@ log = logging.getLogger("autograder")
 HOUR = 3600.0
 IN_FLIGHT_RETRY = 5   # Retry-After (s) of a check refused because one of the same student's is in flight
 FIELDS = ("student", "assignment", "notebook", "content")
+# What a check's body may be: one flat JSON object whose keys and values are strings, matched in one pass
+# that takes no backtracking (possessive) and stops at the first byte of anything else (an array, a nested
+# object, a number), so that a body's shape is refused before the parser builds anything from it.
+FLAT_OBJECT = re.compile(rb'\s*\{\s*(?:"(?:[^"\\]++|\\.)*+"\s*:\s*"(?:[^"\\]++|\\.)*+"\s*(?:,\s*|(?=\})))*+\}\s*',
+                         re.S)
 GRADING_FAULT = "the grader failed on this check, no fault of your notebook's; your instructor is told; check again"
 
 
@@ -227,6 +232,8 @@ def parse(body):
     """The posted check as a dict of FIELDS (strings of UTF-8 text); Refused (400) with one line otherwise.
     The one place a body is read: whatever it holds (bytes that are not UTF-8, nesting deeper than the
     parser recurses, a lone surrogate escaped in a string) ends here as a 400, never in admit."""
+    if not FLAT_OBJECT.fullmatch(body):   # before any parse: 16 MB of [],[],... costs json.loads 3 s of the loop
+        raise Refused(400, "the body is not a JSON object of strings")
     try:
         request = json.loads(body)
     except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
