@@ -106,7 +106,8 @@ def collect(course, layout):
 
 def release_edits(submitted, release):
     """Lines for the read-only and autograded cells whose text or nbgrader metadata differ from the
-    release (grading restored them, so they gained nothing; the instructor may want to know)."""
+    release (grading restored them, or skips them where they are demo cells, so they gained nothing; the
+    instructor may want to know)."""
     released = {_nbgrader(cell).get("grade_id"): cell for cell in release.cells if _nbgrader(cell).get("grade_id")}
     found = []
     for cell in submitted.cells:
@@ -115,7 +116,8 @@ def release_edits(submitted, release):
         if original is None or cell_kind(original) in ("answer", "free"):
             continue
         if _source(cell).strip() != _source(original).strip():
-            found.append(f"edited the read-only cell {grade_id} (restored for grading)")
+            found.append(f"edited the read-only cell {grade_id} ("
+                         + ("skipped when grading)" if cell_kind(original) == "demo" else "restored for grading)"))
         mine = {key: value for key, value in _nbgrader(cell).items() if key != "checksum"}
         theirs = {key: value for key, value in _nbgrader(original).items() if key != "checksum"}
         if mine != theirs:

@@ -138,3 +138,15 @@ def test_the_report_is_the_same_in_every_process():
     found = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, check=True,
                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
     assert found[0] == found[1] and len(eval(found[0])) > 20
+
+
+def test_an_edited_demo_cell_is_said_to_be_skipped_and_a_locked_one_restored():
+    from autograder.integrity import release_edits
+    release = read_notebook(COURSE.release_notebook(COURSE.assignment("masks"), COURSE.assignment("masks").notebooks[0]))
+    submitted = read_notebook(COURSE.release_notebook(COURSE.assignment("masks"), COURSE.assignment("masks").notebooks[0]))
+    for cell in submitted.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ("demo_causal_mask_plot", "given_attention"):
+            cell.source += "\nprint('mine')"
+    assert release_edits(submitted, release) == [
+        "edited the read-only cell given_attention (restored for grading)",
+        "edited the read-only cell demo_causal_mask_plot (skipped when grading)"]
