@@ -124,8 +124,8 @@ exercise: setup
 	@test -n "$(ID)" -a -n "$(ASSIGNMENT)" -a -n "$(FUNCTION)" || { echo "usage: make exercise ID=<id> ASSIGNMENT=<assignment> FUNCTION=<name> [TITLE=...]"; exit 2; }
 	$(GRADER) new-exercise $(ID) --assignment $(ASSIGNMENT) --function $(FUNCTION) $(if $(TITLE),--title "$(TITLE)")
 
-## Grade a class of every assignment (160 notebooks) with nbgrader autograde and with make grade, side by side;
-## then 100 students checking masks at once against the check server (docs/checks.md).
+## Grade a class of every assignment (176 notebooks, made like a real class) with nbgrader autograde and with make grade, side by side;
+## then 100 students checking each assignment at once against the check server (docs/checks.md).
 ## Its students draw their numbers from the demo's secret, as make grade's sample class does.
 bench: export COURSE_VARIANT_SECRET := $(HOME)/.cache/attention-course/demo-variant-secret
 bench: setup

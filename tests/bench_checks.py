@@ -1,15 +1,17 @@
 """`python -m tests.bench_checks`: a class checking at once against the real check server on loopback.
 
-STUDENTS students (100 by default) each post one notebook of ASSIGNMENT (masks by default) at the same
-moment, with a bounded asyncio client (httpx); a check refused with 503 or 429 is posted again after
-its Retry-After, as check() would be by a patient student. The class is made like a real one: most
-notebooks carry one of the catalogue's realistic mistakes, a few are right, a few untouched. Prints,
-per assignment, p50, p95 and the largest latency (from the first post to the answer, retries
-included), the checks per second, and beside them the floor: the checks' own grading seconds (the
-ledger's) over the grading processes, and the CPU seconds the server's processes and sandboxes spent
-(what a check costs however busy the machine is with other work); then --alone checks posted one at a
-time once the server is idle (median and largest latency). Every request is answered or refused with its reason, and no
-answer holds a line of the hidden suites or of a solution; a lost request or a leak fails the run.
+STUDENTS students (100 by default) each post one notebook of an assignment at the same moment, with a
+bounded asyncio client (httpx); a check refused with 503 or 429 is posted again after its Retry-After,
+as check() would be by a patient student; then --alone checks are posted one at a time on the idle
+server.  Every assignment of course.yml in turn (or each --assignment), all to one server.  The class
+is made like a real one (tests.bench.realistic_answers): most notebooks carry one of the catalogue's
+realistic mistakes, a few are right, a few untouched.  Prints, per assignment, p50, p95 and the largest
+latency (from the first post to the answer, retries included), the checks per second, and beside them
+the floor: the checks' own grading seconds (the ledger's) over the grading processes, and the CPU
+seconds the server's processes and sandboxes spent (what a check costs however busy the machine is
+with other work); then the median and largest latency of the checks posted alone.  Every request is
+answered or refused with its reason, and no answer holds a line of the hidden suites or of a
+solution; a lost request or a leak fails the run.
 """
 
 import argparse
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import yaml
 
 from autograder import variants
 from autograder.course import load_course
@@ -89,49 +92,63 @@ async def one_by_one(url, course, assignment, made):
     return seconds
 
 
+def one_assignment(url, course, assignment, made, process, alone):
+    """The class checking `assignment` at once, then `alone` checks one at a time: the line printed."""
+    before = tree_cpu(process.pid)
+    answers, wall, refusals, bodies = asyncio.run(load(url, course, assignment, made))
+    cpu = tree_cpu(process.pid) - before
+    one_by_one_seconds = asyncio.run(one_by_one(url, course, assignment, made[:alone])) if alone else []
+    statuses = [status for status, _ in answers]
+    assert len(answers) == len(made) and set(statuses) <= {200}, f"{assignment}: answers {statuses}"
+    hidden = ondemand.hidden_lines(course, [assignment])
+    leaks = [found for text, sent in bodies for found in ondemand.leaked(text, sent, hidden)]
+    assert not leaks, f"{assignment}: answers hold hidden lines: {leaks[:3]}"
+    return answers, wall, cpu, refusals, len(bodies), one_by_one_seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=100)
-    parser.add_argument("--assignment", default="masks")
+    parser.add_argument("--assignment", action="append", help="only these assignments (default: every one)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--alone", type=int, default=10, help="checks then posted one at a time, the server idle")
     args = parser.parse_args()
+    chosen = args.assignment or [assignment.id for assignment in load_course().assignments]
     with tempfile.TemporaryDirectory(prefix="bench-checks-") as folder, \
             tempfile.TemporaryDirectory(prefix="bench-checks-secret-") as kept:
         root = Path(folder)
-        course_yml = ondemand.course_copy(root, [args.assignment], {"open": True, "until": "2099-01-01T00:00:00Z",
-                                                                    "per_hour": 1000})
+        course_yml = ondemand.course_copy(root, chosen, {"open": True, "until": "2099-01-01T00:00:00Z",
+                                                         "per_hour": 1000})
+        raw = yaml.safe_load(course_yml.read_text())
+        for assignment in raw["assignments"]:   # every assignment released, whatever today's date
+            assignment["release"] = "2026-01-05T09:00:00+00:00"
+        course_yml.write_text(yaml.safe_dump(raw))
         course = load_course(course_yml)
         # A variant secret of the bench's own, outside the course (the tokens and any variant numbers come from it);
         # the server started below inherits it.
         os.environ[variants.SECRET_ENV] = str(Path(kept) / "variant-secret")
         variants.make_secret(os.environ[variants.SECRET_ENV], course)
-        made = the_class(args.assignment, args.students, root / "class")
         process, url = ondemand.start(course_yml, root / "out", jobs=args.jobs)
         try:
-            before = tree_cpu(process.pid)
-            answers, wall, refusals, bodies = asyncio.run(load(url, course, args.assignment, made))
-            cpu = tree_cpu(process.pid) - before
-            alone = asyncio.run(one_by_one(url, course, args.assignment, made[:args.alone]))
+            for assignment in chosen:
+                made = the_class(assignment, args.students, root / "class" / assignment)
+                answers, wall, cpu, refusals, scanned, alone = one_assignment(url, course, assignment, made, process,
+                                                                              args.alone)
+                graded = [entry["seconds"] for entry in ledger.read(root / "out")
+                          if entry["assignment"] == assignment and entry["seconds"] is not None][:len(made)]
+                latencies = sorted(seconds for _, seconds in answers)
+                p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
+                print(f"{assignment}: {len(made)} students at once, {args.jobs} grading processes: "
+                      f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
+                      f"{len(made) / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
+                      f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); CPU of the server and its "
+                      f"sandboxes {cpu:.1f} s, {cpu / len(made):.2f} s a check; refused then answered: "
+                      f"{refusals or 'none'}; {scanned} answers scanned, none holds a line of the hidden suites or a "
+                      f"solution" + (f"; then {len(alone)} checks one at a time on the idle server: median "
+                                     f"{statistics.median(alone):.2f} s, max {max(alone):.2f} s" if alone else ""),
+                      flush=True)
         finally:
             ondemand.stop(process)
-        graded = [entry["seconds"] for entry in ledger.read(root / "out") if entry["seconds"] is not None]
-    statuses = [status for status, _ in answers]
-    latencies = sorted(seconds for _, seconds in answers)
-    assert len(answers) == args.students and set(statuses) <= {200}, f"answers: {statuses}"
-    lines = ondemand.hidden_lines(load_course(), [args.assignment])
-    leaks = [found for text, sent in bodies for found in ondemand.leaked(text, sent, lines)]
-    assert not leaks, f"answers hold hidden lines: {leaks[:3]}"
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
-    print(f"{args.assignment}: {args.students} students at once, {args.jobs} grading processes: "
-          f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
-          f"{args.students / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
-          f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); CPU of the server and its sandboxes "
-          f"{cpu:.1f} s, {cpu / args.students:.2f} s a check; refused then answered: "
-          f"{refusals or 'none'}; {len(bodies)} answers scanned, none holds a line of the hidden suites or a solution")
-    if alone:
-        print(f"{args.assignment}: {len(alone)} checks posted one at a time on the idle server: "
-              f"median {statistics.median(alone):.2f} s, max {max(alone):.2f} s")
 
 
 if __name__ == "__main__":
