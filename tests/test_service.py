@@ -21,6 +21,8 @@ from autograder.service import socket_path, wait_idle
 from tests.sample_class import EXPECTED, SUBMITTED
 from tests.test_customise import copy_of_the_course
 
+pytestmark = pytest.mark.slow   # the grading service run live on copies of the course (minutes): make test-all and CI
+
 STUDENTS = ("ada_perfect", "ben_untouched", "cara_no_scaling", "dev_wrong_axes", "fay_syntax_error")
 PART = [arg for student in STUDENTS for arg in ("--student", student)] + ["--assignment", "scaled_attention"]
 
