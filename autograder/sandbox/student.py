@@ -183,12 +183,12 @@ class Worker:
             order["kernel_kind"] = kernel_kind
         if warm:
             order["warm"] = True
+        timeout = KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT
         try:
-            reply = self._order(order, [requests_read, replies_write], KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT)
+            reply = self._order(order, [requests_read, replies_write], timeout)
             if reply.get("scratch_left"):   # a child left files its wipe could not remove: a fresh sandbox
                 self.close()
-                reply = self._order(order, [requests_read, replies_write],
-                                    KERNELS_TIMEOUT if kernel_kind else CONTROL_TIMEOUT)
+                reply = self._order(order, [requests_read, replies_write], timeout)
         except WorkerError:
             for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)
