@@ -92,18 +92,32 @@ async def one_by_one(url, course, assignment, made):
     return seconds
 
 
-def one_assignment(url, course, assignment, made, process, alone):
-    """The class checking `assignment` at once, then `alone` checks one at a time: the line printed."""
+def one_assignment(url, course, assignment, made, process, out, jobs, alone):
+    """The class checking `assignment` at once, then `alone` checks one at a time: the line to print.
+    Asserts that every check was answered and that no answer holds a hidden line."""
     before = tree_cpu(process.pid)
     answers, wall, refusals, bodies = asyncio.run(load(url, course, assignment, made))
     cpu = tree_cpu(process.pid) - before
-    one_by_one_seconds = asyncio.run(one_by_one(url, course, assignment, made[:alone])) if alone else []
+    one_at_a_time = asyncio.run(one_by_one(url, course, assignment, made[:alone])) if alone else []
     statuses = [status for status, _ in answers]
     assert len(answers) == len(made) and set(statuses) <= {200}, f"{assignment}: answers {statuses}"
     hidden = ondemand.hidden_lines(course, [assignment])
     leaks = [found for text, sent in bodies for found in ondemand.leaked(text, sent, hidden)]
     assert not leaks, f"{assignment}: answers hold hidden lines: {leaks[:3]}"
-    return answers, wall, cpu, refusals, len(bodies), one_by_one_seconds
+    graded = [entry["seconds"] for entry in ledger.read(out)
+              if entry["assignment"] == assignment and entry["seconds"] is not None][:len(made)]
+    latencies = sorted(seconds for _, seconds in answers)
+    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
+    line = (f"{assignment}: {len(made)} students at once, {jobs} grading processes: "
+            f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
+            f"{len(made) / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / jobs:.1f} s "
+            f"(the checks' own {sum(graded):.1f} s over {jobs} processes); CPU of the server and its sandboxes "
+            f"{cpu:.1f} s, {cpu / len(made):.2f} s a check; refused then answered: {refusals or 'none'}; "
+            f"{len(bodies)} answers scanned, none holds a line of the hidden suites or a solution")
+    if one_at_a_time:
+        line += (f"; then {len(one_at_a_time)} checks one at a time on the idle server: median "
+                 f"{statistics.median(one_at_a_time):.2f} s, max {max(one_at_a_time):.2f} s")
+    return line
 
 
 def main():
@@ -132,20 +146,7 @@ def main():
         try:
             for assignment in chosen:
                 made = the_class(assignment, args.students, root / "class" / assignment)
-                answers, wall, cpu, refusals, scanned, alone = one_assignment(url, course, assignment, made, process,
-                                                                              args.alone)
-                graded = [entry["seconds"] for entry in ledger.read(root / "out")
-                          if entry["assignment"] == assignment and entry["seconds"] is not None][:len(made)]
-                latencies = sorted(seconds for _, seconds in answers)
-                p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
-                print(f"{assignment}: {len(made)} students at once, {args.jobs} grading processes: "
-                      f"p50 {statistics.median(latencies):.1f} s, p95 {p95:.1f} s, max {latencies[-1]:.1f} s; "
-                      f"{len(made) / wall:.2f} checks/s over {wall:.1f} s; floor {sum(graded) / args.jobs:.1f} s "
-                      f"(the checks' own {sum(graded):.1f} s over {args.jobs} processes); CPU of the server and its "
-                      f"sandboxes {cpu:.1f} s, {cpu / len(made):.2f} s a check; refused then answered: "
-                      f"{refusals or 'none'}; {scanned} answers scanned, none holds a line of the hidden suites or a "
-                      f"solution" + (f"; then {len(alone)} checks one at a time on the idle server: median "
-                                     f"{statistics.median(alone):.2f} s, max {max(alone):.2f} s" if alone else ""),
+                print(one_assignment(url, course, assignment, made, process, root / "out", args.jobs, args.alone),
                       flush=True)
         finally:
             ondemand.stop(process)
